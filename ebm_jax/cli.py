@@ -1,0 +1,288 @@
+"""Command line: `ebm-jax <experiment> [options]`.
+
+    ebm-jax regression1d                     # quick Table 1 (about 5 min, 2 CPU cores)
+    ebm-jax regression1d --profile paper     # the paper's protocol, 20 models x 75 epochs
+    ebm-jax regression1d --sweep-m           # Figure 2: D_KL against M
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Writes a file so that it is either the old or the complete new version."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _atomic_savefig(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _positive_int(name):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {v}")
+        return v
+
+    return parse
+
+
+def _regression1d_parser(sub) -> None:
+    p = sub.add_parser(
+        "regression1d",
+        help="Table 1 / Figure 2 of 'How to Train Your EBM for Regression' (1D)",
+        description="Trains the Table 1 method variants on the two 1D datasets and "
+        "scores them by D_KL to the exact ground truth.",
+    )
+    p.add_argument("--profile", choices=["quick", "paper"], default="quick",
+                   help="quick: ~5 min on 2 CPU cores; paper: 20 models x 75 epochs, M=1024")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="method variants (default: all nine of Table 1)")
+    p.add_argument("--datasets", nargs="+", type=int, default=None, help="1 and/or 2")
+    p.add_argument("--num-models", type=_positive_int("--num-models"), default=None)
+    p.add_argument("--epochs", type=_positive_int("--epochs"), default=None)
+    p.add_argument("--num-samples", type=_positive_int("--num-samples"), default=None,
+                   help="M for the sampling-based methods (ML-MCMC: number of chains)")
+    p.add_argument("--mcmc-models", type=_positive_int("--mcmc-models"), default=None,
+                   help="ensemble size for ML-MCMC-L with L >= 16 (default: --num-models)")
+    p.add_argument("--top-k", type=_positive_int("--top-k"), default=None)
+    p.add_argument("--grid", type=_positive_int("--grid"), default=None,
+                   help="evaluation grid size per axis (default 2048)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweep-m", action="store_true",
+                   help="Figure 2: D_KL against M in {1, 2, ..., 1024} for ML-IS, KLD-IS, "
+                   "NCE and NCE+ (instead of Table 1)")
+    p.add_argument("--sweep-values", nargs="+", type=_positive_int("--sweep-values"),
+                   default=None, help="M values of --sweep-m (default 1 2 4 ... 1024)")
+    p.add_argument("--out", type=Path, default=Path("results/regression1d"))
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_run_regression1d)
+
+
+def _resolve_regression1d(args):
+    """Validates everything before any training or writing; returns the plan."""
+    from ebm_jax.data import toy1d
+    from ebm_jax.experiments import regression1d as r
+
+    profile = r.PROFILES[args.profile]
+    overrides = {}
+    if args.num_models is not None:
+        overrides["num_models"] = args.num_models
+    if args.epochs is not None:
+        overrides["epochs"] = args.epochs
+    if args.num_samples is not None:
+        overrides["num_samples"] = args.num_samples
+        overrides["mcmc_samples"] = args.num_samples
+    if args.top_k is not None:
+        overrides["top_k"] = args.top_k
+    if args.grid is not None:
+        overrides["grid"] = args.grid
+    profile = dataclasses.replace(profile, **overrides)
+    if profile.top_k > profile.num_models:
+        profile = dataclasses.replace(profile, top_k=profile.num_models)
+
+    default_methods = r.SWEEP_METHODS if args.sweep_m else r.METHODS
+    methods = [r.check_method(m) for m in (args.methods or default_methods)]
+    datasets = [toy1d.check_dataset(d) for d in (args.datasets or toy1d.DATASETS)]
+    sweep = tuple(args.sweep_values or r.SWEEP_M)
+    # Build every loss once, so that bad hyperparameters fail here.
+    from ebm_jax.energy import make_loss
+
+    for m in methods:
+        for d in datasets:
+            name, hp = r.method_hyperparameters(m, d, profile)
+            make_loss(name, **hp)
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out must be a directory, got the file {args.out}")
+    return profile, methods, datasets, sweep
+
+
+def _progress_factory(enabled: bool, epochs: int):
+    from tqdm.auto import tqdm
+
+    def factory(method, dataset, extra=""):
+        bar = tqdm(total=epochs, desc=f"{method} d{dataset}{extra}", unit="epoch",
+                   disable=not enabled, leave=True, dynamic_ncols=True)
+
+        def update(epoch, losses):
+            bar.set_postfix(loss=f"{float(np.mean(losses)):.4f}")
+            bar.update(1)
+
+        return update, bar.close
+
+    return factory
+
+
+def _run_regression1d(args) -> int:
+    try:
+        profile, methods, datasets, sweep = _resolve_regression1d(args)
+    except ValueError as e:
+        print(f"ebm-jax regression1d: error: {e}", file=sys.stderr)
+        return 2
+
+    import jax
+
+    from ebm_jax.experiments import regression1d as r
+
+    out: Path = args.out
+    started = time.time()
+    meta = {
+        "profile": args.profile,
+        "settings": dataclasses.asdict(profile),
+        "seed": args.seed,
+        "jax": jax.__version__,
+        "devices": [str(d) for d in jax.devices()],
+        "command": "ebm-jax " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("ebm-jax")
+        else " ".join(sys.argv),
+    }
+    factory = _progress_factory(not args.no_progress, profile.epochs)
+    records, best_scores = [], {}
+
+    if args.sweep_m:
+        for m_value in sweep:
+            for d in datasets:
+                for method in methods:
+                    res = r.run_one(
+                        method, d, profile, seed=args.seed, num_samples=m_value,
+                        progress_factory=lambda a, b: factory(a, b, f" M={m_value}"),
+                    )
+                    records.append(res.record(profile.top_k))
+            _write_sweep(out, records, meta, started)
+        print(r.sweep_markdown(records))
+        return 0
+
+    for d in datasets:
+        for method in methods:
+            p = profile
+            if args.mcmc_models and method.startswith("ml-mcmc-") and int(method[8:]) >= 16:
+                p = dataclasses.replace(profile, num_models=args.mcmc_models,
+                                        top_k=min(profile.top_k, args.mcmc_models))
+            res = r.run_one(method, d, p, seed=args.seed, progress_factory=factory)
+            records.append(res.record(p.top_k))
+            best_scores[(method, d)] = res.best_scores
+            _write_table(out, records, meta, datasets, started)
+    _plot_densities(out, best_scores, datasets, profile.grid)
+    print(r.table_markdown(records, datasets))
+    print(f"wrote {out / 'results.json'}, {out / 'table.md'} and density plots")
+    return 0
+
+
+def _write_table(out: Path, records, meta, datasets, started) -> None:
+    from ebm_jax.experiments import regression1d as r
+
+    payload = {**meta, "wall_seconds": time.time() - started, "records": records}
+    _atomic_write(out / "results.json", json.dumps(payload, indent=2) + "\n")
+    _atomic_write(out / "table.md", r.table_markdown(records, datasets))
+
+
+def _write_sweep(out: Path, records, meta, started) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ebm_jax.experiments import regression1d as r
+
+    payload = {**meta, "wall_seconds": time.time() - started, "records": records}
+    _atomic_write(out / "sweep_m.json", json.dumps(payload, indent=2) + "\n")
+    _atomic_write(out / "sweep_m.md", r.sweep_markdown(records))
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for method in dict.fromkeys(rec["method"] for rec in records):
+        ms = sorted({rec["num_samples"] for rec in records if rec["method"] == method})
+        kl = [np.mean([rec["kl_top5"] for rec in records
+                       if rec["method"] == method and rec["num_samples"] == m]) for m in ms]
+        ax.plot(ms, kl, marker="o", label=method)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("M (samples per example)")
+    ax.set_ylabel("D_KL (top-k mean, datasets averaged)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _atomic_savefig(fig, out / "sweep_m.png")
+    plt.close(fig)
+
+
+def _plot_densities(out: Path, best_scores, datasets, grid: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ebm_jax.data import toy1d
+
+    extent = (-3, 3, -3, 3)
+    for d in datasets:
+        items = [(m, s) for (m, dd), s in best_scores.items() if dd == d and s is not None]
+        if not items:
+            continue
+        p_true = toy1d.ground_truth_grid(d, grid, grid)
+        n = len(items) + 1
+        cols = min(n, 5)
+        rows = -(-n // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.8 * rows), squeeze=False)
+        panels = [("ground truth", p_true)]
+        for m, s in items:
+            s = s - s.max(axis=1, keepdims=True)
+            q = np.exp(s)
+            panels.append((f"{m} (best model)", q / q.sum(axis=1, keepdims=True)))
+        vmax = np.quantile(p_true, 0.999)
+        for ax, (title, dens) in zip(axes.flat, panels):
+            ax.imshow(dens.T, origin="lower", extent=extent, aspect="auto", vmin=0, vmax=vmax,
+                      cmap="viridis")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("x")
+            ax.set_ylabel("y")
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        fig.suptitle(f"p(y|x), dataset {d}")
+        fig.tight_layout()
+        _atomic_savefig(fig, out / f"density_dataset{d}.png")
+        plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ebm-jax", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _regression1d_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

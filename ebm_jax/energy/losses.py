@@ -1,0 +1,278 @@
+"""The seven EBM training losses of seed 000 as pure functions of an energy.
+
+Every loss takes
+
+    energy(x, y) -> scalar    f_theta for one example; y has shape (K,)
+    x, y                      one example (y of shape (K,))
+    key                       a PRNG key (ignored by SM, which samples nothing)
+    hyperparameters           keyword-only, static Python numbers
+
+and returns the scalar loss of that example. `batch_loss` vmaps a loss over a batch with
+one key per example and averages (optionally with per-example weights). Gradients are
+`jax.grad` of a closure over the parameters. Nothing here knows about Flax, optimisers
+or devices.
+
+Key use is documented per loss so that tests (and users) can reproduce the samples.
+Everything is computed in log space with log-sum-exp; no loss exponentiates a raw score,
+so all are finite in float32 for any number of samples M >= 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from ebm_jax.energy import checks
+from ebm_jax.energy.hessian import grad_and_hessian_trace
+from ebm_jax.energy.langevin import langevin_chains
+from ebm_jax.energy.proposals import gaussian_mixture, isotropic_gaussian
+
+Energy = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def _energies(energy: Energy, x, ys: jax.Array) -> jax.Array:
+    """f(x, y_m) for each row of ys (M, K) -> (M,)."""
+    return jax.vmap(lambda y_m: energy(x, y_m))(ys)
+
+
+def _check_y(y) -> jax.Array:
+    y = jnp.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be one target of shape (K,), got shape {y.shape}; "
+                         "use batch_loss for batches")
+    return y
+
+
+def log_partition_is(log_weights: jax.Array) -> jax.Array:
+    """log (1/M sum_m exp(log_weights_m)): the importance-sampling estimate of log Z
+    when log_weights_m = f(x, y_m) - log q(y_m)."""
+    return logsumexp(log_weights) - math.log(log_weights.shape[0])
+
+
+def ml_is_loss(energy: Energy, x, y, key, *, sigmas: Sequence[float], num_samples: int):
+    """ML-IS, eq. 5: log(1/M sum_m exp f(x, y^m) / q(y^m | y)) - f(x, y).
+
+    Samples: `gaussian_mixture(sigmas).sample(key, y, num_samples)`.
+    """
+    y = _check_y(y)
+    m = checks.int_at_least("num_samples", num_samples, 1)
+    q = gaussian_mixture(sigmas)
+    samples = q.sample(key, y, m)
+    log_w = _energies(energy, x, samples) - q.log_prob(samples, y)
+    return log_partition_is(log_w) - energy(x, y)
+
+
+def kld_is_loss(
+    energy: Energy,
+    x,
+    y,
+    key,
+    *,
+    sigmas: Sequence[float],
+    label_sigma: float,
+    num_samples: int,
+):
+    """KLD-IS, eq. 7, with the label density p(y' | y) = N(y'; y, label_sigma^2 I):
+
+        log(1/M sum_m exp f(x, y^m) / q(y^m|y)) - 1/M sum_m f(x, y^m) p(y^m|y) / q(y^m|y)
+
+    Samples: `gaussian_mixture(sigmas).sample(key, y, num_samples)`.
+    """
+    y = _check_y(y)
+    m = checks.int_at_least("num_samples", num_samples, 1)
+    checks.positive("label_sigma", label_sigma)
+    q = gaussian_mixture(sigmas)
+    p = isotropic_gaussian(label_sigma)
+    samples = q.sample(key, y, m)
+    f = _energies(energy, x, samples)
+    log_q = q.log_prob(samples, y)
+    ratio = jnp.exp(p.log_prob(samples, y) - log_q)  # density ratio, not a score
+    return log_partition_is(f - log_q) - jnp.mean(f * ratio)
+
+
+def ml_mcmc_loss(
+    energy: Energy,
+    x,
+    y,
+    key,
+    *,
+    num_steps: int,
+    step_size: float,
+    num_samples: int = 1,
+):
+    """ML-MCMC, eq. 10: 1/M sum_m f(x, y^m) - f(x, y), where each y^m is the end of a
+    Langevin chain (eq. 9) of `num_steps` steps started at y; the samples carry no
+    gradient. Chains: `langevin_chains(f(x, .), tile(y), key, ...)`.
+    """
+    y = _check_y(y)
+    m = checks.int_at_least("num_samples", num_samples, 1)
+    y0 = jnp.broadcast_to(y, (m,) + y.shape)
+    samples = langevin_chains(
+        lambda yy: energy(x, yy), y0, key, num_steps=num_steps, step_size=step_size
+    )
+    return jnp.mean(_energies(energy, x, samples)) - energy(x, y)
+
+
+def _ranking_nce(energy: Energy, x, y, y0, noise_samples, p_n) -> jax.Array:
+    ys = jnp.concatenate([y0[None], noise_samples], axis=0)  # (M + 1, K), index 0 = data
+    scores = _energies(energy, x, ys) - p_n.log_prob(ys, y)
+    return logsumexp(scores) - scores[0]
+
+
+def nce_loss(energy: Energy, x, y, key, *, sigmas: Sequence[float], num_samples: int):
+    """NCE (ranking form), eq. 12, with y^(0) = y and M noise samples from p_N(.|y):
+
+        -log softmax_m[f(x, y^m) - log p_N(y^m | y)] at m = 0
+
+    Samples: `gaussian_mixture(sigmas).sample(key, y, num_samples)`.
+    """
+    y = _check_y(y)
+    m = checks.int_at_least("num_samples", num_samples, 1)
+    p_n = gaussian_mixture(sigmas)
+    return _ranking_nce(energy, x, y, y, p_n.sample(key, y, m), p_n)
+
+
+def nce_plus_loss(
+    energy: Energy,
+    x,
+    y,
+    key,
+    *,
+    sigmas: Sequence[float],
+    beta: float,
+    num_samples: int,
+):
+    """NCE+, eq. 16: NCE with the data sample y^(0) = y + v, v ~ p_beta (eq. 15).
+
+    beta = 0 is standard NCE. Keys: `k_noise, k_beta = split(key)`; noise samples from
+    `gaussian_mixture(sigmas).sample(k_noise, y, M)`, v from
+    `gaussian_mixture(sigmas).scaled(beta).sample(k_beta, zeros, 1)[0]`.
+    """
+    y = _check_y(y)
+    m = checks.int_at_least("num_samples", num_samples, 1)
+    beta = checks.non_negative("beta", beta)
+    p_n = gaussian_mixture(sigmas)
+    k_noise, k_beta = jax.random.split(key)
+    if beta > 0:
+        v = p_n.scaled(beta).sample(k_beta, jnp.zeros_like(y), 1)[0]
+    else:
+        v = jnp.zeros_like(y)
+    return _ranking_nce(energy, x, y, y + v, p_n.sample(k_noise, y, m), p_n)
+
+
+def sm_loss(energy: Energy, x, y, key=None):
+    """Score matching, eq. 13: tr(d^2 f / dy^2)(x, y) + 1/2 ||grad_y f(x, y)||^2, with the
+    exact Hessian trace (any K). The key is unused."""
+    y = _check_y(y)
+    grad, trace = grad_and_hessian_trace(lambda yy: energy(x, yy), y)
+    return trace + 0.5 * jnp.sum(jnp.square(grad))
+
+
+def dsm_loss(energy: Energy, x, y, key, *, sigma: float, num_samples: int):
+    """Denoising score matching, eq. 14, noise N(y~; y, sigma^2 I):
+
+        1/M sum_m || grad_y f(x, y~^m) + (y~^m - y) / sigma^2 ||^2
+
+    Samples: `isotropic_gaussian(sigma).sample(key, y, num_samples)`.
+    """
+    y = _check_y(y)
+    m = checks.int_at_least("num_samples", num_samples, 1)
+    sigma = checks.positive("sigma", sigma)
+    noisy = isotropic_gaussian(sigma).sample(key, y, m)
+    grads = jax.vmap(jax.grad(lambda yy: energy(x, yy)))(noisy)
+    residual = grads + (noisy - y) / sigma**2
+    return jnp.mean(jnp.sum(jnp.square(residual), axis=-1))
+
+
+LOSSES: dict[str, Callable] = {
+    "ml-is": ml_is_loss,
+    "kld-is": kld_is_loss,
+    "ml-mcmc": ml_mcmc_loss,
+    "nce": nce_loss,
+    "nce+": nce_plus_loss,
+    "sm": sm_loss,
+    "dsm": dsm_loss,
+}
+
+
+def make_loss(method: str, **hyperparameters) -> Callable:
+    """Binds a loss by name: `make_loss("nce", sigmas=(0.1, 0.8), num_samples=1024)`
+    returns `loss(energy, x, y, key) -> scalar`.
+
+    Hyperparameters are checked here, before anything is traced, so that bad values
+    fail fast with the argument named.
+    """
+    if method not in LOSSES:
+        raise ValueError(f"method must be one of {sorted(LOSSES)}, got {method!r}")
+    fn = LOSSES[method]
+    _check_hyperparameters(method, hyperparameters)
+
+    def loss(energy: Energy, x, y, key):
+        return fn(energy, x, y, key, **hyperparameters)
+
+    loss.__name__ = f"{fn.__name__}[{method}]"
+    return loss
+
+
+_REQUIRED = {
+    "ml-is": {"sigmas", "num_samples"},
+    "kld-is": {"sigmas", "label_sigma", "num_samples"},
+    "ml-mcmc": {"num_steps", "step_size", "num_samples"},
+    "nce": {"sigmas", "num_samples"},
+    "nce+": {"sigmas", "beta", "num_samples"},
+    "sm": set(),
+    "dsm": {"sigma", "num_samples"},
+}
+
+
+def _check_hyperparameters(method: str, hp: dict) -> None:
+    required = _REQUIRED[method]
+    optional = {"num_samples"} if method == "ml-mcmc" else set()
+    missing = required - optional - set(hp)
+    unknown = set(hp) - required
+    if missing:
+        raise ValueError(f"method {method!r} needs hyperparameters {sorted(missing)}")
+    if unknown:
+        raise ValueError(
+            f"method {method!r} takes hyperparameters {sorted(required)}, "
+            f"got unknown {sorted(unknown)}"
+        )
+    if "num_samples" in hp:
+        checks.int_at_least("num_samples (M)", hp["num_samples"], 1)
+    if "num_steps" in hp:
+        checks.int_at_least("num_steps (L)", hp["num_steps"], 1)
+    if "step_size" in hp:
+        checks.positive("step_size", hp["step_size"])
+    if "sigmas" in hp:
+        gaussian_mixture(hp["sigmas"])
+    for name in ("sigma", "label_sigma"):
+        if name in hp:
+            checks.positive(name, hp[name])
+    if "beta" in hp:
+        checks.non_negative("beta", hp["beta"])
+
+
+def batch_loss(
+    loss: Callable,
+    energy: Energy,
+    xs,
+    ys,
+    key,
+    weights=None,
+) -> jax.Array:
+    """Mean of a bound per-example loss over a batch (xs (n, ...), ys (n, K)).
+
+    Example i uses `jax.random.split(key, n)[i]`. With `weights` (n,), the weighted mean
+    sum_i w_i l_i / sum_i w_i (padding rows get weight 0).
+    """
+    n = checks.same_batch("x", xs, "y", ys)
+    keys = jax.random.split(key, n)
+    per_example = jax.vmap(lambda x, y, k: loss(energy, x, y, k))(xs, ys, keys)
+    if weights is None:
+        return jnp.mean(per_example)
+    weights = jnp.asarray(weights, per_example.dtype)
+    return jnp.sum(weights * per_example) / jnp.maximum(jnp.sum(weights), 1e-12)

@@ -1,0 +1,82 @@
+"""Gaussian-mixture proposals of seed 000: p_N(y | y_i) (eqs. 4, 11) and p_beta (eq. 15).
+
+Both are equal-weight mixtures of isotropic Gaussians over a K-dimensional target:
+
+    p_N(y | c)  = 1/C sum_k N(y; c, sigma_k^2 I)
+    p_beta(y)   = 1/C sum_k N(y; 0, beta sigma_k^2 I)
+
+A `GaussianMixture` is a small immutable pytree-free value (sigmas are static floats),
+so it can be closed over inside jitted code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from ebm_jax.energy import checks
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianMixture:
+    """Equal-weight mixture of isotropic Gaussians centred at a given point.
+
+    Attributes:
+      sigmas: the standard deviations sigma_k of the components (all > 0).
+    """
+
+    sigmas: tuple[float, ...]
+
+    def __post_init__(self):
+        sigmas = tuple(float(s) for s in self.sigmas)
+        if not sigmas:
+            raise ValueError("sigmas: need at least one standard deviation, got none")
+        for s in sigmas:
+            checks.positive("sigmas", s)
+        object.__setattr__(self, "sigmas", sigmas)
+
+    @property
+    def num_components(self) -> int:
+        return len(self.sigmas)
+
+    def sample(self, key: jax.Array, center: jax.Array, num: int) -> jax.Array:
+        """Draws `num` samples around `center` (shape (K,)); returns (num, K).
+
+        The component of each sample is uniform over the mixture, then the sample is
+        `center + sigma_k * eps`. Key use: split into (component key, noise key).
+        """
+        center = jnp.asarray(center)
+        k_comp, k_eps = jax.random.split(key)
+        comp = jax.random.randint(k_comp, (num,), 0, self.num_components)
+        scale = jnp.asarray(self.sigmas, center.dtype)[comp]
+        eps = jax.random.normal(k_eps, (num,) + center.shape, center.dtype)
+        return center + scale[:, None] * eps
+
+    def log_prob(self, y: jax.Array, center: jax.Array) -> jax.Array:
+        """log p(y | center) for y of shape (..., K) and center of shape (K,)."""
+        y = jnp.asarray(y)
+        dim = y.shape[-1]
+        sq = jnp.sum(jnp.square(y - center), axis=-1)[..., None]  # (..., 1)
+        sig = jnp.asarray(self.sigmas, y.dtype)  # (C,)
+        comp = -0.5 * sq / sig**2 - dim * jnp.log(sig) - 0.5 * dim * math.log(2 * math.pi)
+        return logsumexp(comp, axis=-1) - math.log(self.num_components)
+
+    def scaled(self, beta: float) -> "GaussianMixture":
+        """The zero-centred p_beta of eq. 15: variances beta * sigma_k^2 (beta > 0)."""
+        checks.positive("beta", beta)
+        return GaussianMixture(tuple(math.sqrt(beta) * s for s in self.sigmas))
+
+
+def gaussian_mixture(sigmas: Sequence[float]) -> GaussianMixture:
+    """p_N of eqs. 4 and 11: `gaussian_mixture((0.1, 0.8))`."""
+    return GaussianMixture(tuple(sigmas))
+
+
+def isotropic_gaussian(sigma: float) -> GaussianMixture:
+    """N(y; c, sigma^2 I) as a one-component mixture (KLD-IS label density, DSM noise)."""
+    return GaussianMixture((sigma,))
