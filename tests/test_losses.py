@@ -1,0 +1,337 @@
+"""The seven losses against direct NumPy transcriptions of their equations, closed-form
+partition functions and minimisers, and numerical stability."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from scipy.special import logsumexp
+
+from ebm_jax.energy import (
+    batch_loss,
+    dsm_loss,
+    gaussian_mixture,
+    isotropic_gaussian,
+    kld_is_loss,
+    langevin_chains,
+    make_loss,
+    ml_is_loss,
+    ml_mcmc_loss,
+    nce_loss,
+    nce_plus_loss,
+    sm_loss,
+)
+from ebm_jax.models import ToyEnergyMLP
+
+# A test energy with a closed-form gradient and Hessian diagonal:
+#   f(x, y) = -||y - W x||^2 / (2 S^2) + A sum(sin(3 y))
+W, S, A = 0.7, 0.5, 0.3
+
+
+def f_jax(x, y):
+    return -jnp.sum((y - W * x) ** 2) / (2 * S**2) + A * jnp.sum(jnp.sin(3 * y))
+
+
+def f_np(x, y):
+    return -np.sum((y - W * x) ** 2, -1) / (2 * S**2) + A * np.sum(np.sin(3 * y), -1)
+
+
+def grad_np(x, y):
+    return -(y - W * x) / S**2 + 3 * A * np.cos(3 * y)
+
+
+def hess_diag_np(x, y):
+    return -1.0 / S**2 - 9 * A * np.sin(3 * y)
+
+
+def log_mix_np(y, c, sigmas):
+    k = y.shape[-1]
+    sq = np.sum((y - c) ** 2, -1)
+    comps = [-sq / (2 * s**2) - (k / 2) * np.log(2 * np.pi * s**2) for s in sigmas]
+    return logsumexp(comps, axis=0) - np.log(len(sigmas))
+
+
+K = 2
+X = np.array([0.4, -0.9])
+Y = np.array([0.1, -0.5])
+KEY = jax.random.key(42)
+M = 64
+
+
+def f64(a):
+    return np.asarray(a, np.float64)
+
+
+def test_ml_is_matches_numpy():
+    sigmas = (0.2, 1.6)
+    ys = f64(gaussian_mixture(sigmas).sample(KEY, jnp.asarray(Y, jnp.float32), M))
+    ref = np.log(np.mean(np.exp(f_np(X, ys) - log_mix_np(ys, Y, sigmas)))) - f_np(X, Y)
+    got = ml_is_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigmas=sigmas, num_samples=M)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_kld_is_matches_numpy():
+    sigmas, ls = (0.2, 1.6), 0.025
+    ys = f64(gaussian_mixture(sigmas).sample(KEY, jnp.asarray(Y, jnp.float32), M))
+    log_q = log_mix_np(ys, Y, sigmas)
+    p_over_q = np.exp(log_mix_np(ys, Y, (ls,)) - log_q)
+    ref = np.log(np.mean(np.exp(f_np(X, ys) - log_q))) - np.mean(f_np(X, ys) * p_over_q)
+    got = kld_is_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigmas=sigmas,
+                      label_sigma=ls, num_samples=M)
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def _nce_ref(y0, ys, sigmas):
+    all_y = np.concatenate([y0[None], ys])
+    s = f_np(X, all_y) - log_mix_np(all_y, Y, sigmas)
+    return -np.log(np.exp(s[0]) / np.sum(np.exp(s)))
+
+
+def test_nce_matches_numpy():
+    sigmas = (0.1, 0.8)
+    ys = f64(gaussian_mixture(sigmas).sample(KEY, jnp.asarray(Y, jnp.float32), M))
+    got = nce_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigmas=sigmas, num_samples=M)
+    np.testing.assert_allclose(got, _nce_ref(Y, ys, sigmas), rtol=1e-4, atol=1e-4)
+
+
+def test_nce_plus_matches_numpy_and_reduces_to_nce():
+    sigmas, beta = (0.1, 0.8), 0.1
+    y32 = jnp.asarray(Y, jnp.float32)
+    k_noise, k_beta = jax.random.split(KEY)
+    ys = f64(gaussian_mixture(sigmas).sample(k_noise, y32, M))
+    v = f64(gaussian_mixture(sigmas).scaled(beta).sample(k_beta, jnp.zeros(K), 1)[0])
+    assert np.all(v != 0)
+    got = nce_plus_loss(f_jax, X, y32, KEY, sigmas=sigmas, beta=beta, num_samples=M)
+    np.testing.assert_allclose(got, _nce_ref(Y + v, ys, sigmas), rtol=1e-4, atol=1e-4)
+    # beta = 0: y^(0) = y_i, standard NCE on the same noise samples
+    got0 = nce_plus_loss(f_jax, X, y32, KEY, sigmas=sigmas, beta=0.0, num_samples=M)
+    np.testing.assert_allclose(got0, _nce_ref(Y, ys, sigmas), rtol=1e-4, atol=1e-4)
+
+
+def test_sm_matches_numpy():
+    ref = np.sum(hess_diag_np(X, Y)) + 0.5 * np.sum(grad_np(X, Y) ** 2)
+    np.testing.assert_allclose(sm_loss(f_jax, X, jnp.asarray(Y, jnp.float32)), ref, rtol=1e-5)
+
+
+def test_dsm_matches_numpy():
+    sigma = 0.2
+    noisy = f64(isotropic_gaussian(sigma).sample(KEY, jnp.asarray(Y, jnp.float32), M))
+    ref = np.mean(np.sum((grad_np(X, noisy) + (noisy - Y) / sigma**2) ** 2, -1))
+    got = dsm_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigma=sigma, num_samples=M)
+    np.testing.assert_allclose(got, ref, rtol=1e-4)
+
+
+def test_langevin_and_ml_mcmc_match_numpy():
+    alpha, steps, chains = 0.05, 5, 8
+    y = np.tile(Y, (chains, 1))
+    for l in range(steps):
+        eps = f64(jax.random.normal(jax.random.fold_in(KEY, l), (chains, K)))
+        y = y + 0.5 * alpha**2 * grad_np(X, y) + alpha * eps
+    y32 = jnp.asarray(Y, jnp.float32)
+    got = langevin_chains(lambda yy: f_jax(X, yy), jnp.tile(y32, (chains, 1)), KEY,
+                          num_steps=steps, step_size=alpha)
+    np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-5)
+    loss = ml_mcmc_loss(f_jax, X, y32, KEY, num_steps=steps, step_size=alpha,
+                        num_samples=chains)
+    np.testing.assert_allclose(loss, np.mean(f_np(X, y)) - f_np(X, Y), rtol=1e-4, atol=1e-5)
+
+
+def test_ml_mcmc_samples_carry_no_gradient():
+    # d/dw of the loss must equal the gradient of eq. (10) with the samples held fixed.
+    y32 = jnp.asarray(Y, jnp.float32)
+
+    def energy(w, x, y):
+        return -jnp.sum((y - w * x) ** 2)
+
+    def loss(w):
+        return ml_mcmc_loss(lambda x, y: energy(w, x, y), X, y32, KEY, num_steps=3,
+                            step_size=0.1, num_samples=4)
+
+    samples = langevin_chains(lambda yy: energy(0.7, X, yy), jnp.tile(y32, (4, 1)), KEY,
+                              num_steps=3, step_size=0.1)
+
+    def fixed(w):
+        return jnp.mean(jax.vmap(lambda s: energy(w, X, s))(samples)) - energy(w, X, y32)
+
+    np.testing.assert_allclose(jax.grad(loss)(0.7), jax.grad(fixed)(0.7), rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- log Z
+
+
+MU, SD = 0.4, 0.3
+LOG_Z = math.log(math.sqrt(2 * math.pi) * SD)
+
+
+def gauss_energy(x, y):
+    return -jnp.sum((y - MU) ** 2) / (2 * SD**2)
+
+
+def _log_z_error(estimator, m, reps=64):
+    keys = jax.random.split(jax.random.key(7), reps)
+    est = jax.vmap(lambda k: estimator(k, m))(keys)
+    return float(jnp.sqrt(jnp.mean((est - LOG_Z) ** 2)))
+
+
+def test_ml_is_log_partition_estimate_converges():
+    y = jnp.array([MU + 0.2])
+
+    def estimate(key, m):  # eq. (3): loss + f(y_i) is the IS estimate of log Z
+        return ml_is_loss(gauss_energy, None, y, key, sigmas=(0.2, 1.6), num_samples=m) + \
+            gauss_energy(None, y)
+
+    errs = [_log_z_error(estimate, m) for m in (4, 64, 1024)]
+    assert errs[0] > errs[1] > errs[2]
+    assert errs[2] < 0.03
+
+
+def test_nce_log_partition_estimate_converges():
+    y = jnp.array([MU + 0.2])
+    p_n = gaussian_mixture((0.1, 0.8))
+
+    def estimate(key, m):
+        # nce = logsumexp(s) - s_0, so nce + s_0 - log(M + 1) estimates log Z
+        s0 = gauss_energy(None, y) - p_n.log_prob(y, y)
+        nce = nce_loss(gauss_energy, None, y, key, sigmas=p_n.sigmas, num_samples=m)
+        return nce + s0 - jnp.log(m + 1.0)
+
+    errs = [_log_z_error(estimate, m) for m in (4, 64, 1024)]
+    assert errs[0] > errs[1] > errs[2]
+    assert errs[2] < 0.05
+
+
+# --------------------------------------------------------------------------- minimisers
+
+
+def _fit_gaussian(loss, ys, steps=600):
+    def energy(theta, x, y):
+        mu, log_s = theta
+        return -jnp.sum((y - mu) ** 2) / (2 * jnp.exp(2 * log_s))
+
+    opt = optax.adam(0.05)
+    theta = jnp.array([0.0, 0.0])
+    state = opt.init(theta)
+    xs = jnp.zeros((ys.shape[0], 1))
+    key = jax.random.key(3)  # fixed: a deterministic objective
+
+    @jax.jit
+    def step(theta, state):
+        g = jax.grad(lambda t: batch_loss(loss, lambda x, y: energy(t, x, y), xs, ys, key))(theta)
+        upd, state = opt.update(g, state)
+        return optax.apply_updates(theta, upd), state
+
+    for _ in range(steps):
+        theta, state = step(theta, state)
+    return float(theta[0]), float(jnp.exp(2 * theta[1]))
+
+
+def test_sm_recovers_mean_and_variance():
+    ys = 1.5 + 0.7 * jax.random.normal(jax.random.key(0), (4000, 1))
+    mu, var = _fit_gaussian(make_loss("sm"), ys)
+    np.testing.assert_allclose(mu, float(ys.mean()), atol=1e-2)
+    np.testing.assert_allclose(var, float(ys.var()), rtol=1e-2)
+
+
+def test_dsm_recovers_noise_convolved_variance():
+    ys = 1.5 + 0.7 * jax.random.normal(jax.random.key(0), (2000, 1))
+    sigma = 0.3
+    mu, var = _fit_gaussian(make_loss("dsm", sigma=sigma, num_samples=16), ys)
+    np.testing.assert_allclose(mu, 1.5, atol=0.04)
+    # DSM fits the data density convolved with its noise: var + sigma^2
+    np.testing.assert_allclose(var, 0.49 + sigma**2, rtol=0.05)
+    assert abs(var - 0.49) > 0.06
+
+
+# --------------------------------------------------------------------------- stability
+
+
+ALL = {
+    "ml-is": dict(sigmas=(0.2, 1.6)),
+    "kld-is": dict(sigmas=(0.2, 1.6), label_sigma=0.025),
+    "ml-mcmc": dict(num_steps=4, step_size=0.05),
+    "nce": dict(sigmas=(0.1, 0.8)),
+    "nce+": dict(sigmas=(0.1, 0.8), beta=0.025),
+    "sm": dict(),
+    "dsm": dict(sigma=0.2),
+}
+
+
+def _mlp_energy(scale):
+    graphdef, params = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)))
+
+    def energy(p, x, y):
+        return scale * nnx.merge(graphdef, p)(x, y)
+
+    return energy, params
+
+
+@pytest.mark.parametrize("method", sorted(ALL))
+@pytest.mark.parametrize("m", [1, 4096])
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_loss_and_grad_finite_float32(method, m, scale):
+    if method == "sm" and m > 1:
+        pytest.skip("SM draws no samples")
+    hp = dict(ALL[method])
+    if method != "sm":
+        hp["num_samples"] = m
+    loss = make_loss(method, **hp)
+    energy, params = _mlp_energy(scale)  # scale 300: scores far beyond exp's float32 range
+    xs = jnp.linspace(-3, 3, 4, dtype=jnp.float32)[:, None]
+    ys = jnp.linspace(-1, 1, 4, dtype=jnp.float32)[:, None]
+
+    def objective(p):
+        return batch_loss(loss, lambda x, y: energy(p, x, y), xs, ys, jax.random.key(1))
+
+    value, grads = jax.jit(jax.value_and_grad(objective))(params)
+    assert value.dtype == jnp.float32
+    assert np.isfinite(float(value)), (method, m, float(value))
+    assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+
+
+def test_batch_loss_weights_ignore_padding():
+    loss = make_loss("nce", sigmas=(0.1, 0.8), num_samples=8)
+    xs = jnp.array([[0.1], [0.5], [9.0]])
+    ys = jnp.array([[0.2], [-0.3], [5.0]])
+    key = jax.random.key(0)
+    full = jax.vmap(lambda x, y, k: loss(f_jax, x, y, k))(xs, ys, jax.random.split(key, 3))
+    weighted = batch_loss(loss, f_jax, xs, ys, key, weights=jnp.array([1.0, 1.0, 0.0]))
+    np.testing.assert_allclose(weighted, jnp.mean(full[:2]), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "method, hp, match",
+    [
+        ("ml-is", dict(sigmas=(0.0, 1.0), num_samples=4), "sigmas"),
+        ("ml-is", dict(sigmas=(0.2, 1.6), num_samples=0), "num_samples"),
+        ("kld-is", dict(sigmas=(0.2,), label_sigma=-1.0, num_samples=4), "label_sigma"),
+        ("nce+", dict(sigmas=(0.1,), beta=-0.1, num_samples=4), "beta"),
+        ("ml-mcmc", dict(num_steps=0, step_size=0.05, num_samples=4), "num_steps"),
+        ("ml-mcmc", dict(num_steps=2, step_size=0.0, num_samples=4), "step_size"),
+        ("dsm", dict(sigma=0.0, num_samples=4), "sigma"),
+        ("dsm", dict(sigma=0.1, num_samples=2.5), "num_samples"),
+        ("nce", dict(sigmas=(0.1,)), "num_samples"),
+        ("sm", dict(sigma=0.1), "unknown"),
+        ("ml-ism", dict(), "method must be one of"),
+    ],
+)
+def test_bad_hyperparameters_named(method, hp, match):
+    with pytest.raises(ValueError, match=match):
+        make_loss(method, **hp)
+
+
+def test_batch_size_mismatch():
+    loss = make_loss("sm")
+    with pytest.raises(ValueError, match="same batch size"):
+        batch_loss(loss, f_jax, jnp.zeros((3, 2)), jnp.zeros((4, 2)), KEY)
+
+
+def test_batched_y_to_per_example_loss_is_rejected():
+    with pytest.raises(ValueError, match=r"shape \(K,\)"):
+        nce_loss(f_jax, X, jnp.zeros((3, 2)), KEY, sigmas=(0.1,), num_samples=2)
