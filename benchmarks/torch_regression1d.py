@@ -1,0 +1,177 @@
+"""Eager PyTorch baseline for the 1D benchmark: the same network, losses and Adam step,
+written from the paper's equations (seed 000, eqs. 5, 7, 9-10, 12-14, 16).
+
+Standalone on purpose (imports only torch and numpy), so that it can run in a side
+environment whose Python has a CPU build of torch:
+
+    python benchmarks/torch_regression1d.py --out torch.json [--threads 2]
+
+Seconds per epoch = (timed steps' wall time / steps) * ceil(2000 / 32), after warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+N_TRAIN, BATCH = 2000, 32
+STEPS_PER_EPOCH = math.ceil(N_TRAIN / BATCH)
+
+
+class Net(nn.Module):
+    """f(x, y): the 591-parameter reference network; x is encoded once per example."""
+
+    def __init__(self, hidden=10):
+        super().__init__()
+        self.x1, self.x2 = nn.Linear(1, hidden), nn.Linear(hidden, hidden)
+        self.y1 = nn.Linear(1, hidden)
+        self.joint = nn.Linear(2 * hidden, hidden)
+        self.res1, self.res2 = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
+        self.out = nn.Linear(hidden, 1)
+
+    def forward(self, x, y):
+        """x (n, 1), y (n, m, 1) -> f (n, m)."""
+        hx = torch.relu(self.x2(torch.relu(self.x1(x))))  # (n, H)
+        hy = torch.tanh(self.y1(y))  # (n, m, H)
+        w, b = self.joint.weight, self.joint.bias  # (H, 2H)
+        hidden = hx.shape[-1]
+        h = torch.tanh((hx @ w[:, :hidden].T)[:, None, :] + hy @ w[:, hidden:].T + b)
+        h = torch.tanh(self.res1(h)) + h
+        h = torch.tanh(self.res2(h)) + h
+        return self.out(h)[..., 0]
+
+
+def mixture_sample(y, sigmas, m):
+    n, k = y.shape
+    comp = torch.randint(len(sigmas), (n, m))
+    return y[:, None, :] + sigmas[comp][..., None] * torch.randn(n, m, k)
+
+
+def mixture_log_prob(ys, y, sigmas):
+    k = y.shape[-1]
+    sq = ((ys - y[:, None, :]) ** 2).sum(-1, keepdim=True)  # (n, m, 1)
+    comp = -0.5 * sq / sigmas**2 - k * torch.log(sigmas) - 0.5 * k * math.log(2 * math.pi)
+    return torch.logsumexp(comp, -1) - math.log(len(sigmas))
+
+
+def ml_is(net, x, y, m, sigmas):
+    ys = mixture_sample(y, sigmas, m)
+    log_w = net(x, ys) - mixture_log_prob(ys, y, sigmas)
+    return (torch.logsumexp(log_w, 1) - math.log(m) - net(x, y[:, None])[:, 0]).mean()
+
+
+def kld_is(net, x, y, m, sigmas, label_sigma):
+    ys = mixture_sample(y, sigmas, m)
+    f = net(x, ys)
+    log_q = mixture_log_prob(ys, y, sigmas)
+    ratio = torch.exp(mixture_log_prob(ys, y, label_sigma) - log_q)
+    return (torch.logsumexp(f - log_q, 1) - math.log(m) - (f * ratio).mean(1)).mean()
+
+
+def nce(net, x, y, m, sigmas, beta=0.0):
+    y0 = y
+    if beta > 0:
+        y0 = y + mixture_sample(torch.zeros_like(y), sigmas * math.sqrt(beta), 1)[:, 0]
+    ys = torch.cat([y0[:, None], mixture_sample(y, sigmas, m)], 1)
+    s = net(x, ys) - mixture_log_prob(ys, y, sigmas)
+    return (torch.logsumexp(s, 1) - s[:, 0]).mean()
+
+
+def sm(net, x, y):
+    y = y[:, None].clone().requires_grad_(True)  # (n, 1, K)
+    f = net(x, y)
+    (g,) = torch.autograd.grad(f.sum(), y, create_graph=True)
+    trace = 0
+    for k in range(y.shape[-1]):  # exact trace, one Hessian row per dimension
+        (hk,) = torch.autograd.grad(g[..., k].sum(), y, create_graph=True)
+        trace = trace + hk[..., k]
+    return (trace + 0.5 * (g**2).sum(-1)).mean()
+
+
+def dsm(net, x, y, m, sigma):
+    noisy = (y[:, None] + sigma * torch.randn(y.shape[0], m, y.shape[1])).requires_grad_(True)
+    (g,) = torch.autograd.grad(net(x, noisy).sum(), noisy, create_graph=True)
+    return ((g + (noisy - y[:, None]) / sigma**2) ** 2).sum(-1).mean()
+
+
+def ml_mcmc(net, x, y, m, steps, alpha):
+    ys = y[:, None].expand(-1, m, -1).clone()
+    for _ in range(steps):  # eq. 9, the chains carry no gradient to the parameters
+        ys.requires_grad_(True)
+        (g,) = torch.autograd.grad(net(x, ys).sum(), ys)
+        ys = (ys + 0.5 * alpha**2 * g + alpha * torch.randn_like(ys)).detach()
+    return (net(x, ys).mean(1) - net(x, y[:, None])[:, 0]).mean()
+
+
+def methods(m):
+    t = lambda *v: torch.tensor(v)
+    return {
+        "ml-is": lambda n, x, y: ml_is(n, x, y, m, t(0.2, 1.6)),
+        "kld-is": lambda n, x, y: kld_is(n, x, y, m, t(0.2, 1.6), t(0.025)),
+        "ml-mcmc-1": lambda n, x, y: ml_mcmc(n, x, y, m, 1, 0.05),
+        "ml-mcmc-16": lambda n, x, y: ml_mcmc(n, x, y, m, 16, 0.05),
+        "ml-mcmc-256": lambda n, x, y: ml_mcmc(n, x, y, m, 256, 0.05),
+        "nce": lambda n, x, y: nce(n, x, y, m, t(0.1, 0.8)),
+        "sm": lambda n, x, y: sm(n, x, y),
+        "dsm": lambda n, x, y: dsm(n, x, y, m, 0.2),
+        "nce+": lambda n, x, y: nce(n, x, y, m, t(0.1, 0.8), beta=0.025),
+    }
+
+
+def time_method(loss_fn, data, steps, warmup):
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x_all, y_all = data
+
+    def step(i):
+        idx = torch.randint(N_TRAIN, (BATCH,))
+        loss = loss_fn(net, x_all[idx], y_all[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for i in range(warmup):
+        step(i)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        loss = step(i)
+    elapsed = time.perf_counter() - t0
+    assert math.isfinite(float(loss))
+    return elapsed / steps * STEPS_PER_EPOCH
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--num-samples", type=int, default=1024)
+    p.add_argument("--methods", nargs="+", default=None)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-3, 3, (N_TRAIN, 1)).astype(np.float32)
+    y = (np.sin(x) + 0.1 * rng.normal(size=x.shape)).astype(np.float32)
+    data = (torch.from_numpy(x), torch.from_numpy(y))
+    table = methods(args.num_samples)
+    results = {}
+    for name in args.methods or table:
+        heavy = name == "ml-mcmc-256"
+        spe = time_method(table[name], data, steps=2 if heavy else 8, warmup=1 if heavy else 3)
+        results[name] = spe
+        print(f"torch {name}: {spe:.3f} s/epoch", flush=True)
+    payload = {"torch": torch.__version__, "threads": args.threads,
+               "num_samples": args.num_samples, "seconds_per_epoch": results}
+    with open(args.out, "w") as f:
+        json.dump(payload, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
