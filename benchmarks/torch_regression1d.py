@@ -144,7 +144,7 @@ def time_method(loss_fn, data, steps, warmup):
     for i in range(steps):
         loss = step(i)
     elapsed = time.perf_counter() - t0
-    assert math.isfinite(float(loss))
+    assert math.isfinite(float(loss.detach()))
     return elapsed / steps * STEPS_PER_EPOCH
 
 
