@@ -51,7 +51,9 @@ def _positive_int(name):
         try:
             v = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"{name} must be an integer >= 1, got {text!r}"
+            ) from None
         if v < 1:
             raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {v}")
         return v
