@@ -98,14 +98,22 @@ def test_nce_matches_numpy():
     np.testing.assert_allclose(got, _nce_ref(Y, ys, sigmas), rtol=1e-4, atol=1e-4)
 
 
-def test_nce_plus_matches_numpy_and_reduces_to_nce():
+@pytest.mark.parametrize("beta_scale", ["std", "variance"])
+def test_nce_plus_matches_numpy_and_reduces_to_nce(beta_scale):
     sigmas, beta = (0.1, 0.8), 0.1
     y32 = jnp.asarray(Y, jnp.float32)
     k_noise, k_beta = jax.random.split(KEY)
     ys = f64(gaussian_mixture(sigmas).sample(k_noise, y32, M))
-    v = f64(gaussian_mixture(sigmas).scaled(beta).sample(k_beta, jnp.zeros(K), 1)[0])
+    # v drawn by hand: component from the first half of the key, N(0, 1) from the second
+    k_comp, k_eps = jax.random.split(k_beta)
+    comp = int(jax.random.randint(k_comp, (1,), 0, 2)[0])
+    eps = f64(jax.random.normal(k_eps, (1, K), jnp.float32)[0])
+    scale = beta if beta_scale == "std" else np.sqrt(beta)
+    v = scale * sigmas[comp] * eps
     assert np.all(v != 0)
-    got = nce_plus_loss(f_jax, X, y32, KEY, sigmas=sigmas, beta=beta, num_samples=M)
+    got = nce_plus_loss(
+        f_jax, X, y32, KEY, sigmas=sigmas, beta=beta, num_samples=M, beta_scale=beta_scale
+    )
     np.testing.assert_allclose(got, _nce_ref(Y + v, ys, sigmas), rtol=1e-4, atol=1e-4)
     # beta = 0: y^(0) = y_i, standard NCE on the same noise samples
     got0 = nce_plus_loss(f_jax, X, y32, KEY, sigmas=sigmas, beta=0.0, num_samples=M)
@@ -312,6 +320,7 @@ def test_batch_loss_weights_ignore_padding():
         ("ml-is", dict(sigmas=(0.2, 1.6), num_samples=0), "num_samples"),
         ("kld-is", dict(sigmas=(0.2,), label_sigma=-1.0, num_samples=4), "label_sigma"),
         ("nce+", dict(sigmas=(0.1,), beta=-0.1, num_samples=4), "beta"),
+        ("nce+", dict(sigmas=(0.1,), beta=0.1, num_samples=4, beta_scale="var"), "beta_scale"),
         ("ml-mcmc", dict(num_steps=0, step_size=0.05, num_samples=4), "num_steps"),
         ("ml-mcmc", dict(num_steps=2, step_size=0.0, num_samples=4), "step_size"),
         ("dsm", dict(sigma=0.0, num_samples=4), "sigma"),

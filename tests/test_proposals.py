@@ -51,9 +51,11 @@ def test_samples_match_density(k):
     np.testing.assert_array_less(np.abs(counts / n - prob), 5 * np.sqrt(prob / n) + 1e-4)
 
 
-def test_p_beta_scales_variances():
+def test_p_beta_scales_variances_or_stds():
     q = gaussian_mixture((0.1, 0.8)).scaled(0.025)
     np.testing.assert_allclose(np.square(q.sigmas), 0.025 * np.square((0.1, 0.8)), rtol=1e-6)
+    q = gaussian_mixture((0.1, 0.8)).scaled(0.025, scale="std")
+    np.testing.assert_allclose(q.sigmas, (0.0025, 0.02), rtol=1e-6)
 
 
 @pytest.mark.parametrize("sigmas", [(), (0.0,), (-1.0, 1.0), (float("nan"),)])
@@ -65,3 +67,5 @@ def test_bad_sigmas(sigmas):
 def test_bad_beta():
     with pytest.raises(ValueError, match="beta"):
         gaussian_mixture((0.1,)).scaled(-0.1)
+    with pytest.raises(ValueError, match="scale must be one of"):
+        gaussian_mixture((0.1,)).scaled(0.1, scale="var")

@@ -21,9 +21,15 @@ from ebm_jax.energy.losses import (
     sm_loss,
 )
 from ebm_jax.energy.predict import gradient_ascent, make_predictor
-from ebm_jax.energy.proposals import GaussianMixture, gaussian_mixture, isotropic_gaussian
+from ebm_jax.energy.proposals import (
+    BETA_SCALES,
+    GaussianMixture,
+    gaussian_mixture,
+    isotropic_gaussian,
+)
 
 __all__ = [
+    "BETA_SCALES",
     "LOSSES",
     "GaussianMixture",
     "batch_loss",

@@ -3,7 +3,12 @@
 Both are equal-weight mixtures of isotropic Gaussians over a K-dimensional target:
 
     p_N(y | c)  = 1/C sum_k N(y; c, sigma_k^2 I)
-    p_beta(y)   = 1/C sum_k N(y; 0, beta sigma_k^2 I)
+    p_beta(y)   = 1/C sum_k N(y; 0, beta sigma_k^2 I)      (eq. 15 as printed)
+
+`GaussianMixture.scaled(beta, scale=...)` builds p_beta with either convention: eq. 15
+scales the variances by beta; the authors' published 1D code scales the standard
+deviations by beta (variances beta^2 sigma_k^2), and only that convention reproduces
+the paper's NCE+ figures in Table 1 (see `ebm_jax.energy.losses.nce_plus_loss`).
 
 A `GaussianMixture` is a small immutable pytree-free value (sigmas are static floats),
 so it can be closed over inside jitted code.
@@ -66,10 +71,20 @@ class GaussianMixture:
         comp = -0.5 * sq / sig**2 - dim * jnp.log(sig) - 0.5 * dim * math.log(2 * math.pi)
         return logsumexp(comp, axis=-1) - math.log(self.num_components)
 
-    def scaled(self, beta: float) -> "GaussianMixture":
-        """The zero-centred p_beta of eq. 15: variances beta * sigma_k^2 (beta > 0)."""
+    def scaled(self, beta: float, scale: str = "variance") -> "GaussianMixture":
+        """The mixture with every component narrowed by beta > 0 (p_beta of eq. 15).
+
+        scale="variance": variances beta * sigma_k^2 (eq. 15 read literally);
+        scale="std": standard deviations beta * sigma_k.
+        """
         checks.positive("beta", beta)
-        return GaussianMixture(tuple(math.sqrt(beta) * s for s in self.sigmas))
+        if scale not in BETA_SCALES:
+            raise ValueError(f"scale must be one of {BETA_SCALES}, got {scale!r}")
+        factor = math.sqrt(beta) if scale == "variance" else float(beta)
+        return GaussianMixture(tuple(factor * s for s in self.sigmas))
+
+
+BETA_SCALES = ("std", "variance")
 
 
 def gaussian_mixture(sigmas: Sequence[float]) -> GaussianMixture:

@@ -77,7 +77,8 @@ def method_hyperparameters(method: str, dataset: int, profile: Profile, num_samp
     if method == "nce":
         return "nce", dict(sigmas=(0.1, 0.8), num_samples=m)
     if method == "nce+":
-        return "nce+", dict(sigmas=(0.1, 0.8), beta=0.025, num_samples=m)
+        # std scaling of p_beta, as in the authors' 1D code (see nce_plus_loss)
+        return "nce+", dict(sigmas=(0.1, 0.8), beta=0.025, beta_scale="std", num_samples=m)
     if method == "sm":
         return "sm", {}
     if method == "dsm":
