@@ -77,7 +77,8 @@ def kld_is(net, x, y, m, sigmas, label_sigma):
 def nce(net, x, y, m, sigmas, beta=0.0):
     y0 = y
     if beta > 0:
-        y0 = y + mixture_sample(torch.zeros_like(y), sigmas * math.sqrt(beta), 1)[:, 0]
+        # p_beta with standard deviations beta * sigma_k (see ebm_jax nce_plus_loss)
+        y0 = y + mixture_sample(torch.zeros_like(y), sigmas * beta, 1)[:, 0]
     ys = torch.cat([y0[:, None], mixture_sample(y, sigmas, m)], 1)
     s = net(x, ys) - mixture_log_prob(ys, y, sigmas)
     return (torch.logsumexp(s, 1) - s[:, 0]).mean()

@@ -1,0 +1,92 @@
+"""The 1D benchmark's own arithmetic: FLOP extrapolation over Langevin steps, report."""
+
+import importlib.util
+import json
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+
+from ebm_jax.energy import batch_loss
+from ebm_jax.experiments import regression1d as r1d
+
+_SPEC = importlib.util.spec_from_file_location(
+    "bench_regression1d", Path(__file__).parents[1] / "benchmarks" / "regression1d.py"
+)
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+
+def _unrolled_mcmc_step_flops(steps: int, chains: int, batch: int = 32) -> float:
+    """FLOPs of an ML-MCMC-L train step whose Langevin chain is a Python loop (no scan),
+    so that XLA's cost analysis sees every step."""
+    graphdef, params = r1d.init_ensemble(jax.random.key(0), 1)
+    params = jax.tree.map(lambda a: a[0], params)
+    energy = r1d.energy_fn(graphdef)
+    alpha = r1d.LANGEVIN_STEP[1]
+    optimizer = optax.adam(1e-3)
+
+    def loss(f, x, y, key):
+        ys = jnp.broadcast_to(y, (chains,) + y.shape)
+        grad = jax.vmap(jax.grad(lambda yy: f(x, yy)))
+        for l in range(steps):
+            eps = jax.random.normal(jax.random.fold_in(key, l), ys.shape)
+            ys = ys + 0.5 * alpha**2 * grad(ys) + alpha * eps
+        ys = jax.lax.stop_gradient(ys)
+        return jnp.mean(jax.vmap(lambda yy: f(x, yy))(ys)) - f(x, y)
+
+    def step(params, opt_state, key, xb, yb):
+        value, grads = jax.value_and_grad(
+            lambda p: batch_loss(loss, partial(energy, p), xb, yb, key))(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, value
+
+    z = jnp.zeros((batch, 1), jnp.float32)
+    lowered = jax.jit(step).lower(params, optimizer.init(params), jax.random.key(0), z, z)
+    return bench._flops(lowered.compile())
+
+
+def test_mcmc_flops_extrapolation_matches_unrolled_chain():
+    chains = 16
+    for steps in (1, 4):
+        got = bench.step_flops(f"ml-mcmc-{steps}", 1, chains)
+        want = _unrolled_mcmc_step_flops(steps, chains)
+        assert got == pytest.approx(want, rel=0.05), (steps, got, want)
+    # and the count grows with L (a scan body counted once would not)
+    assert bench.step_flops("ml-mcmc-8", 1, chains) > 1.5 * bench.step_flops(
+        "ml-mcmc-4", 1, chains)
+
+
+def test_flops_grow_with_the_number_of_samples():
+    small, large = bench.step_flops("nce", 1, 64), bench.step_flops("nce", 1, 256)
+    assert 3.0 < large / small < 4.5
+
+
+def test_benchmark_smoke_writes_json_and_markdown(tmp_path):
+    rc = bench.main(["--out", str(tmp_path), "--methods", "sm", "ml-mcmc-256",
+                     "--num-samples", "4", "--repeats", "1", "--heavy-steps", "1"])
+    assert rc == 0
+    report = json.loads((tmp_path / "regression1d.json").read_text())
+    assert set(report["methods"]) == {"sm", "ml-mcmc-256"}
+    for r in report["methods"].values():
+        assert r["jax_seconds_per_epoch"] > 0 and r["gflop_per_epoch"] > 0
+    assert report["methods"]["ml-mcmc-256"]["timed_steps"] == 1
+    assert report["torch"] is None
+    md = (tmp_path / "regression1d.md").read_text()
+    assert "| ml-mcmc-256 |" in md and "GFLOP/s" in md
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--methods", "ml-iss"], "method must be one of"),
+    (["--num-samples", "0"], "--num-samples must be >= 1"),
+    (["--torch-python", "/nonexistent/python"], "--torch-python"),
+])
+def test_benchmark_rejects_bad_arguments(tmp_path, argv, match, capsys):
+    with pytest.raises((ValueError, SystemExit)) as err:
+        bench.main(["--out", str(tmp_path)] + argv)
+    text = str(err.value) + capsys.readouterr().err
+    assert match in text
+    assert not (tmp_path / "regression1d.json").exists()
