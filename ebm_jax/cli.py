@@ -3,6 +3,7 @@
     ebm-jax regression1d                     # quick Table 1 (about 5 min, 2 CPU cores)
     ebm-jax regression1d --profile paper     # the paper's protocol, 20 models x 75 epochs
     ebm-jax regression1d --sweep-m           # Figure 2: D_KL against M
+    ebm-jax plot-metrics runs/regression1d   # loss curves of a run to PNG
 """
 
 from __future__ import annotations
@@ -248,10 +249,32 @@ def _plot_densities(out: Path, best_scores, datasets, grid: int) -> None:
         plt.close(fig)
 
 
+def _plot_metrics_parser(sub) -> None:
+    p = sub.add_parser("plot-metrics", help="draw the loss curves of a run to PNG")
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a run (or stage) directory holding metrics.jsonl files")
+    p.add_argument("--out", type=Path, default=None,
+                   help="PNG to write (default RUN_DIR/metrics.png)")
+    p.set_defaults(func=_run_plot_metrics)
+
+
+def _run_plot_metrics(args) -> int:
+    from ebm_jax.train.records import plot_metrics
+
+    try:
+        out = plot_metrics(args.run_dir, args.out)
+    except FileNotFoundError as e:
+        print(f"ebm-jax plot-metrics: error: {e}", file=sys.stderr)
+        return 2
+    print(out)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ebm-jax", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _regression1d_parser(sub)
+    _plot_metrics_parser(sub)
     return parser
 
 

@@ -1,0 +1,146 @@
+"""The training loop every experiment shares: resume, steps, records, checkpoints.
+
+    state = fit(stage_dir, state, step_fn, batches, num_steps=..., config=...)
+
+- Rerunning the same command continues from the latest complete checkpoint of the stage
+  (after Ctrl-C or kill -9), and ends with parameters bitwise equal to an uninterrupted
+  run: the batch of step s is `batches(s)`, a pure function of s, and the step's key is
+  `fold_in(base key, s)`. `restart=True` deletes the stage's checkpoints and records
+  first. A checkpoint of another config is never resumed silently.
+- Every `save_every` steps and at the end the state is saved (asynchronously, finished
+  before `fit` returns or re-raises); the meta beside it holds the config and the data
+  position (the next step).
+- Metrics every `log_every` steps to metrics.jsonl; a tqdm bar shows loss and steps/s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from tqdm.auto import tqdm
+
+from ebm_jax.train.checkpoint import CHECKPOINTS, StageCheckpoints, abstract_like
+from ebm_jax.train.records import METRICS, RUN_JSON, RunRecords, is_main_process
+from ebm_jax.train.state import TrainState
+from ebm_jax.train.step import TrainStep, replicate, shard_batch
+
+
+class ConfigMismatchError(ValueError):
+    """The stage directory holds checkpoints of a run with another config."""
+
+
+def _normalise(config: dict) -> dict:
+    import json
+
+    return json.loads(json.dumps(config, sort_keys=True, default=str))
+
+
+def reset_stage(stage_dir: str | Path) -> None:
+    """Deletes a stage's checkpoints and records (for --restart); process 0 only."""
+    stage_dir = Path(stage_dir)
+    if not is_main_process():
+        return
+    shutil.rmtree(stage_dir / CHECKPOINTS, ignore_errors=True)
+    for name in (RUN_JSON, METRICS):
+        (stage_dir / name).unlink(missing_ok=True)
+
+
+def fit(
+    stage_dir: str | Path,
+    state: TrainState,
+    step_fn: TrainStep,
+    batches: Callable[[int], Any],
+    *,
+    num_steps: int,
+    config: dict,
+    save_every: int = 100,
+    keep: int = 3,
+    log_every: int = 10,
+    restart: bool = False,
+    progress: bool = True,
+    description: str = "train",
+    on_metrics: Callable[[int, dict], None] | None = None,
+) -> TrainState:
+    """Trains one stage to `num_steps` steps; see the module docstring.
+
+    `state` is the freshly initialised state (used as is, or as the restore target);
+    `batches(s)` returns this process's share of the batch of step s (stacked over
+    `steps_per_call` steps when the step scans several).
+    """
+    stage_dir = Path(stage_dir)
+    per_call = step_fn.steps_per_call
+    for name, value in (("num_steps", num_steps), ("save_every", save_every),
+                        ("log_every", log_every)):
+        if int(value) < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+        if int(value) % per_call:
+            raise ValueError(
+                f"{name} must be a multiple of steps_per_call={per_call}, got {value}"
+            )
+    config = _normalise(config)
+    if restart:
+        reset_stage(stage_dir)
+    mesh = step_fn.mesh
+    state = replicate(state, mesh)
+    records = RunRecords(stage_dir)
+    ckpt = StageCheckpoints(stage_dir, save_every=save_every, keep=keep)
+    try:
+        start = 0
+        latest = ckpt.latest_step()
+        if latest is not None:
+            meta = ckpt.read_meta(latest)
+            if meta.get("config") != config:
+                old, new = meta.get("config") or {}, config
+                diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+                raise ConfigMismatchError(
+                    f"{stage_dir} holds checkpoints of a run with another config "
+                    f"(differs in {diff}); rerun with --restart to start over, or use "
+                    "another output directory"
+                )
+            state, meta = ckpt.restore(abstract_like(state), latest)
+            start = int(meta["next_step"])
+            records.truncate(start)
+            records.start(config, resumed_at=start)
+        else:
+            records.start(config)
+        if start >= num_steps:
+            return state
+
+        bar = tqdm(total=num_steps, initial=start, desc=description, disable=not progress,
+                   dynamic_ncols=True, leave=False)
+        t_last, s_last = time.perf_counter(), start
+        try:
+            for s in range(start, num_steps, per_call):
+                state, metrics = step_fn(state, shard_batch(batches(s), mesh,
+                                                            stacked=per_call > 1))
+                # wait for every step: collective loops over fake CPU devices can
+                # deadlock otherwise, and a failing step is reported at its own step
+                jax.block_until_ready(state)
+                done = s + per_call
+                bar.update(per_call)
+                if done % log_every == 0 or done == num_steps:
+                    host = jax.tree.map(lambda a: np.asarray(a), metrics)
+                    if per_call > 1:
+                        host = {k: np.mean(v) for k, v in host.items()}
+                    now = time.perf_counter()
+                    rate = (done - s_last) / max(now - t_last, 1e-9)
+                    t_last, s_last = now, done
+                    host = {**host, "steps_per_second": rate}
+                    records.log(done, host)
+                    bar.set_postfix(loss=f"{float(host['loss']):.4f}", it_s=f"{rate:.1f}")
+                meta = {"config": config, "next_step": done, "data": {"next_step": done}}
+                if done % save_every == 0 or done == num_steps:
+                    ckpt.save(done, state, meta, force=True)
+                if on_metrics is not None and (done % log_every == 0 or done == num_steps):
+                    on_metrics(done, host)
+        finally:
+            bar.close()
+        return state
+    finally:
+        ckpt.close()  # waits for an asynchronous save, also on Ctrl-C and errors

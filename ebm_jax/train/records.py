@@ -1,0 +1,159 @@
+"""Run records: what a run was (config, versions, devices) and what it measured.
+
+    <stage_dir>/run.json        written when the stage starts (and on each resume, with
+                                the resumed step appended to `resumed_at`)
+    <stage_dir>/metrics.jsonl   one JSON object per logged step: step, time, metrics
+
+Only process 0 writes (multi-host runs). On resume, metric lines past the restored step
+are dropped, so the file always describes the checkpointed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from ebm_jax.io import atomic_write
+
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+
+
+def is_main_process() -> bool:
+    return jax.process_index() == 0
+
+
+def versions() -> dict:
+    import flax
+    import optax
+    import orbax.checkpoint as ocp
+
+    return {
+        "python": platform.python_version(), "jax": jax.__version__,
+        "jaxlib": getattr(jax.lib, "__version__", None) or _pkg_version("jaxlib"),
+        "flax": flax.__version__, "optax": optax.__version__,
+        "orbax-checkpoint": _pkg_version("orbax-checkpoint") or getattr(ocp, "__version__", None),
+        "numpy": np.__version__,
+    }
+
+
+def _pkg_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def device_list() -> list[str]:
+    return [f"{d.platform}:{d.id} {d.device_kind} (process {d.process_index})"
+            for d in jax.devices()]
+
+
+def _scalar(v):
+    a = np.asarray(v)
+    return a.item() if a.size == 1 else a.tolist()
+
+
+class RunRecords:
+    """Writes run.json and metrics.jsonl of one stage (no-ops off process 0)."""
+
+    def __init__(self, stage_dir: str | os.PathLike, *, enabled: bool | None = None):
+        self.dir = Path(stage_dir)
+        self.enabled = is_main_process() if enabled is None else enabled
+        self._t0 = time.perf_counter()
+
+    def start(self, config: dict, *, resumed_at: int | None = None) -> None:
+        if not self.enabled:
+            return
+        path = self.dir / RUN_JSON
+        info = json.loads(path.read_text()) if path.exists() else {}
+        if resumed_at is None or not info:
+            info = {
+                "config": config,
+                "versions": versions(),
+                "devices": device_list(),
+                "process_count": jax.process_count(),
+                "argv": sys.argv,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "resumed_at": [],
+            }
+        if resumed_at is not None:
+            info["resumed_at"].append(int(resumed_at))
+        atomic_write(path, json.dumps(info, indent=2) + "\n")
+
+    def truncate(self, step: int) -> None:
+        """Drops metric lines after `step` (the step a resumed run restarts from)."""
+        path = self.dir / METRICS
+        if not self.enabled or not path.exists():
+            return
+        keep = [ln for ln in path.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["step"] <= step]
+        atomic_write(path, "".join(ln + "\n" for ln in keep))
+
+    def log(self, step: int, metrics: dict) -> None:
+        if not self.enabled:
+            return
+        row = {"step": int(step), "time": round(time.perf_counter() - self._t0, 3)}
+        row.update({k: _scalar(v) for k, v in metrics.items()})
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / METRICS, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def read_metrics(stage_dir: str | os.PathLike) -> list[dict]:
+    path = Path(stage_dir) / METRICS
+    if not path.exists():
+        return []
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Draws every metric of every stage under `run_dir` (each a directory with a
+    metrics.jsonl, or run_dir itself) against the step; writes one PNG and returns it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ebm_jax.io import atomic_savefig
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"RUN_DIR {run_dir} is not a directory")
+    stages = sorted({p.parent for p in run_dir.rglob(METRICS)})
+    if not stages:
+        raise FileNotFoundError(f"RUN_DIR {run_dir} holds no {METRICS}")
+    series: dict[str, dict[str, tuple[list, list]]] = {}
+    for stage in stages:
+        name = str(stage.relative_to(run_dir)) if stage != run_dir else run_dir.name
+        for row in read_metrics(stage):
+            for k, v in row.items():
+                if k in ("step", "time") or not isinstance(v, (int, float)):
+                    continue
+                xs, ys = series.setdefault(k, {}).setdefault(name, ([], []))
+                xs.append(row["step"])
+                ys.append(v)
+    keys = sorted(series)
+    fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2.6 * len(keys)), squeeze=False)
+    for ax, k in zip(axes[:, 0], keys):
+        for name, (xs, ys) in sorted(series[k].items()):
+            ax.plot(xs, ys, label=name, lw=1)
+        ax.set_ylabel(k)
+        ax.grid(alpha=0.3)
+        if len(series[k]) <= 12:
+            ax.legend(fontsize=7)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    out = Path(out) if out is not None else run_dir / "metrics.png"
+    atomic_savefig(fig, out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,67 @@
+"""The train state: everything a step changes, as one pytree.
+
+    state = TrainState(params, rest, opt_state, step, key)
+
+- `params`: the model's `nnx.Param` variables (an `nnx.State`), what the optimizer updates;
+- `rest`: every other model variable (batch-norm statistics, momentum-encoder weights,
+  queues, ...), updated by the model itself in the forward pass;
+- `opt_state`: the optax state of `params`;
+- `step`: int32 scalar, the number of steps taken;
+- `key`: the run's base PRNG key as raw key data (uint32), so that the state holds only
+  plain arrays and checkpoints as such. Step s uses `fold_in(wrap(key), s)`.
+
+The model's structure (`nnx.GraphDef`) is static and kept outside the state; build it
+with `create_train_state` and pass it to `make_train_step`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    params: Any
+    rest: Any
+    opt_state: Any
+    step: jax.Array
+    key: jax.Array
+
+    def rng(self) -> jax.Array:
+        """The typed key of this state's step: `fold_in(base key, step)`."""
+        return jax.random.fold_in(jax.random.wrap_key_data(self.key), self.step)
+
+    def replace(self, **changes) -> "TrainState":
+        return dataclasses.replace(self, **changes)
+
+
+def create_train_state(
+    model: nnx.Module, optimizer: optax.GradientTransformation, key: jax.Array
+) -> tuple[nnx.GraphDef, TrainState]:
+    """Splits `model` into (graphdef, TrainState) with a fresh optimizer state.
+
+    `key` is a typed key (`jax.random.key(seed)`); it is stored as its raw key data.
+    """
+    if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+        raise TypeError(f"key must be a typed PRNG key (jax.random.key), got {key!r}")
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    state = TrainState(
+        params=params,
+        rest=rest,
+        opt_state=optimizer.init(params),
+        step=jnp.zeros((), jnp.int32),
+        key=jax.random.key_data(key),
+    )
+    return graphdef, state
+
+
+def merge_model(graphdef: nnx.GraphDef, state: TrainState) -> nnx.Module:
+    """The Flax NNX module of a state (a fresh object; the state is not aliased)."""
+    return nnx.merge(graphdef, state.params, state.rest)
