@@ -5,8 +5,8 @@ PyTorch implementation of the same network, losses and Adam step, in one run.
 
 For each method (one model, batch 32, M = 1024 samples or chains, dataset 1 settings):
 
-- JAX seconds per epoch: the jitted epoch of `ebm-jax regression1d` (a `lax.scan` over
-  the steps), compiled ahead of time, best of `--repeats` timed calls after one warm-up;
+- JAX seconds per epoch: the jitted epoch of `ebm-jax regression1d` (the
+  `ebm_jax.train` step scanning the epoch's steps), compiled ahead of time, best of `--repeats` timed calls after one warm-up;
   methods too slow for whole epochs (ML-MCMC-256) time `--heavy-steps` steps and scale
   to the epoch's ceil(2000 / 32) = 63 steps, as the PyTorch side does.
 - FLOPs per epoch from XLA's cost analysis of one unscanned train step. XLA counts a
@@ -40,12 +40,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from ebm_jax.data import toy1d
 from ebm_jax.energy import batch_loss, make_loss
 from ebm_jax.energy.langevin import langevin_chains
 from ebm_jax.experiments import regression1d as r1d
 from ebm_jax.io import atomic_write
+from ebm_jax.models import ToyEnergyMLP
+from ebm_jax.train import init_train_state, make_mesh, make_train_step, replicate, shard_batch
 
 HERE = Path(__file__).resolve().parent
 STEPS_PER_EPOCH = math.ceil(2000 / 32)
@@ -123,27 +126,34 @@ def step_flops(method: str, dataset: int, num_samples: int, batch: int = 32) -> 
 
 def time_method(method: str, dataset: int, num_samples: int, steps: int,
                 repeats: int) -> float:
-    """Wall seconds per epoch of one model (epoch = 63 steps of batch 32)."""
-    _, _, loss, energy, params = _setup(method, dataset, num_samples)
+    """Wall seconds per epoch of one model (epoch = 63 steps of batch 32), through the
+    same jitted epoch (`ebm_jax.train` step scanning an epoch) that `ebm-jax
+    regression1d` trains with."""
+    _, _, loss, _, params = _setup(method, dataset, num_samples)
+    graphdef, _ = r1d.init_ensemble(jax.random.key(0), 1)
+    single, _, rest = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.adam(1e-3)
-    opt_state = jax.vmap(optimizer.init)(params)
     num_train = 2000 if steps >= STEPS_PER_EPOCH else steps * 32
     x, y = toy1d.sample(jax.random.key(dataset), dataset, num_train)
-    epoch = r1d.make_ensemble_epoch(energy, loss, optimizer, num_train, 32)
-    keys = jax.random.split(jax.random.key(1), 1)
-    compiled = epoch.lower(params, opt_state, keys, x, y).compile()
-    params, opt_state, value = compiled(params, opt_state, keys, x, y)  # warm-up
-    jax.block_until_ready(value)
+    batches, per_epoch = r1d.make_epoch_batches(x, y, jax.random.key(1), 1, 32)
+    mesh = make_mesh(1)
+    step = make_train_step(single, r1d.make_ensemble_loss(graphdef, loss), optimizer, mesh,
+                           steps_per_call=per_epoch, stacked=True)
+    state = replicate(init_train_state(params, rest, optimizer, jax.random.key(2)), mesh)
+    batch = shard_batch(batches(0), mesh, stacked=True)
+    compiled = step.lower(state, batch).compile()
+    state, metrics = compiled(state, batch)  # warm-up
+    jax.block_until_ready(state)
     best = math.inf
     for r in range(repeats):
-        keys = jax.random.split(jax.random.key(2 + r), 1)
+        batch = shard_batch(batches((r + 1) * per_epoch), mesh, stacked=True)
         t0 = time.perf_counter()
-        params, opt_state, value = compiled(params, opt_state, keys, x, y)
-        jax.block_until_ready((params, value))
+        state, metrics = compiled(state, batch)
+        jax.block_until_ready((state, metrics))
         best = min(best, time.perf_counter() - t0)
-    if not np.all(np.isfinite(np.asarray(value))):
+    if not np.all(np.isfinite(np.asarray(metrics["loss"]))):
         raise FloatingPointError(f"{method}: non-finite loss while timing")
-    return best / math.ceil(num_train / 32) * STEPS_PER_EPOCH
+    return best / per_epoch * STEPS_PER_EPOCH
 
 
 def run_torch(python: str, methods, num_samples: int, threads: int) -> dict:

@@ -64,6 +64,17 @@ def _regression1d_parser(sub) -> None:
     p.add_argument("--sweep-values", nargs="+", type=_positive_int("--sweep-values"),
                    default=None, help="M values of --sweep-m (default 1 2 4 ... 1024)")
     p.add_argument("--out", type=Path, default=Path("results/regression1d"))
+    p.add_argument("--run-dir", type=Path, default=None,
+                   help="checkpoints and records, one stage per method and dataset "
+                   "(default runs/regression1d/<profile>); rerunning resumes from them")
+    p.add_argument("--restart", action="store_true",
+                   help="delete the stages' checkpoints and start over")
+    p.add_argument("--save-every", type=_positive_int("--save-every"), default=5,
+                   help="checkpoint every n epochs (default 5)")
+    p.add_argument("--devices", type=_positive_int("--devices"), default=None,
+                   help="data-parallel devices (default 1; the batch of 32 must divide)")
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-host: call jax.distributed.initialize() first")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_run_regression1d)
 
@@ -106,33 +117,44 @@ def _resolve_regression1d(args):
     return profile, methods, datasets, sweep
 
 
-def _progress_factory(enabled: bool, epochs: int):
-    from tqdm.auto import tqdm
-
-    def factory(method, dataset, extra=""):
-        bar = tqdm(total=epochs, desc=f"{method} d{dataset}{extra}", unit="epoch",
-                   disable=not enabled, leave=True, dynamic_ncols=True)
-
-        def update(epoch, losses):
-            bar.set_postfix(loss=f"{float(np.mean(losses)):.4f}")
-            bar.update(1)
-
-        return update, bar.close
-
-    return factory
-
-
 def _run_regression1d(args) -> int:
     try:
         profile, methods, datasets, sweep = _resolve_regression1d(args)
     except ValueError as e:
         print(f"ebm-jax regression1d: error: {e}", file=sys.stderr)
         return 2
+    from ebm_jax.train import CheckpointError, ConfigMismatchError
 
+    try:
+        return _train_regression1d(args, profile, methods, datasets, sweep)
+    except (CheckpointError, ConfigMismatchError) as e:
+        print(f"ebm-jax regression1d: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _train_regression1d(args, profile, methods, datasets, sweep) -> int:
+
+    from ebm_jax.train import initialize_distributed, is_main_process, make_mesh
+
+    initialize_distributed(args.distributed)
     import jax
 
     from ebm_jax.experiments import regression1d as r
 
+    devices = args.devices or (len(jax.devices()) if args.distributed else 1)
+    try:
+        mesh = make_mesh(devices)
+        if profile.batch_size % devices:
+            raise ValueError(f"--devices must divide the batch size {profile.batch_size}, "
+                             f"got {devices}")
+    except ValueError as e:
+        print(f"ebm-jax regression1d: error: {e}", file=sys.stderr)
+        return 2
+    run_dir = args.run_dir or Path("runs/regression1d") / args.profile
+    common = dict(seed=args.seed, run_dir=run_dir, restart=args.restart,
+                  save_every_epochs=args.save_every, mesh=mesh,
+                  progress=not args.no_progress)
+    writer = is_main_process()
     out: Path = args.out
     started = time.time()
     meta = {
@@ -144,19 +166,16 @@ def _run_regression1d(args) -> int:
         "command": "ebm-jax " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("ebm-jax")
         else " ".join(sys.argv),
     }
-    factory = _progress_factory(not args.no_progress, profile.epochs)
     records, best_scores = [], {}
 
     if args.sweep_m:
         for m_value in sweep:
             for d in datasets:
                 for method in methods:
-                    res = r.run_one(
-                        method, d, profile, seed=args.seed, num_samples=m_value,
-                        progress_factory=lambda a, b: factory(a, b, f" M={m_value}"),
-                    )
+                    res = r.run_one(method, d, profile, num_samples=m_value, **common)
                     records.append(res.record(profile.top_k))
-            _write_sweep(out, records, meta, started)
+            if writer:
+                _write_sweep(out, records, meta, started)
         print(r.sweep_markdown(records))
         return 0
 
@@ -166,11 +185,13 @@ def _run_regression1d(args) -> int:
             if args.mcmc_models and method.startswith("ml-mcmc-") and int(method[8:]) >= 16:
                 p = dataclasses.replace(profile, num_models=args.mcmc_models,
                                         top_k=min(profile.top_k, args.mcmc_models))
-            res = r.run_one(method, d, p, seed=args.seed, progress_factory=factory)
+            res = r.run_one(method, d, p, **common)
             records.append(res.record(p.top_k))
             best_scores[(method, d)] = res.best_scores
-            _write_table(out, records, meta, datasets, started)
-    _plot_densities(out, best_scores, datasets, profile.grid)
+            if writer:
+                _write_table(out, records, meta, datasets, started)
+    if writer:
+        _plot_densities(out, best_scores, datasets, profile.grid)
     print(r.table_markdown(records, datasets))
     print(f"wrote {out / 'results.json'}, {out / 'table.md'} and density plots")
     return 0

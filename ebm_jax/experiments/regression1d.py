@@ -9,11 +9,13 @@ the 5 best.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-import time
+import tempfile
 from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +26,7 @@ from flax import nnx
 from ebm_jax.data import toy1d
 from ebm_jax.energy import batch_loss, checks, make_loss
 from ebm_jax.models import ToyEnergyMLP
+from ebm_jax.train import fit, init_train_state, make_mesh, make_train_step, read_metrics
 
 # Paper's Table 1 D_KL (one figure per method, the two datasets averaged) and its
 # seconds per epoch on the authors' GPU.
@@ -126,47 +129,131 @@ def energy_fn(graphdef) -> Callable:
     return energy
 
 
-def make_ensemble_epoch(energy: Callable, loss: Callable, optimizer, num_train: int,
-                        batch_size: int) -> Callable:
-    """Jitted `epoch(params, opt_state, keys, x, y) -> (params, opt_state, mean_loss)`,
-    vmapped over the ensemble (leading axis of params, opt_state and keys).
+def make_ensemble_loss(graphdef, loss: Callable) -> Callable:
+    """`loss_fn(model, batch, key)` for `ebm_jax.train`: the model holds parameters
+    stacked over the ensemble, the batch is (x, y, w) of shape (B, N, 1), (B, N, 1),
+    (B, N) (example-major, so that examples shard over devices), w weighs padding 0.
 
-    One epoch visits a fresh permutation of the data in ceil(n / batch) steps; the last
-    batch is padded and its padding rows weigh 0. Step s of model j uses
-    `fold_in(keys[j], s)`.
+    The objective is the sum of the N models' batch losses: the models share no
+    parameter, so each gets exactly its own gradient, and Adam, being element-wise,
+    trains them independently. Model j's key is `fold_in(step key, j)`.
     """
-    steps = math.ceil(num_train / batch_size)
-    pad = steps * batch_size - num_train
+    energy = energy_fn(graphdef)
 
-    def one_model(params, opt_state, key, x, y):
-        k_perm, k_steps = jax.random.split(key)
-        perm = jax.random.permutation(k_perm, num_train)
-        idx = jnp.concatenate([perm, perm[:pad]]).reshape(steps, batch_size)
-        weights = (jnp.arange(steps * batch_size) < num_train).astype(x.dtype)
-        weights = weights.reshape(steps, batch_size)
+    def loss_fn(model, batch, key):
+        params = nnx.state(model, nnx.Param)
+        x, y, w = batch
+        n = w.shape[1]
+        keys = jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(n))
 
-        def step(carry, inputs):
-            params, opt_state = carry
-            s, idx_s, w_s = inputs
+        def one(p, xm, ym, wm, k):
+            return batch_loss(loss, partial(energy, p), xm, ym, k, wm)
 
-            def objective(p):
-                return batch_loss(
-                    loss, partial(energy, p), x[idx_s], y[idx_s],
-                    jax.random.fold_in(k_steps, s), w_s,
-                )
+        losses = jax.vmap(one, in_axes=(0, 1, 1, 1, 0))(params, x, y, w, keys)
+        return jnp.sum(losses), {"mean_model_loss": jnp.mean(losses),
+                                 "max_model_loss": jnp.max(losses)}
 
-            value, grads = jax.value_and_grad(objective)(params)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), value
+    return loss_fn
 
-        (params, opt_state), losses = jax.lax.scan(
-            step, (params, opt_state), (jnp.arange(steps), idx, weights)
+
+def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int):
+    """`batches(step)` for `fit`: the whole epoch that starts at `step` (a multiple of
+    the steps per epoch), stacked as (steps, B, N, ...). Model j visits the data in the
+    order `permutation(fold_in(fold_in(key, epoch), j))`; the last batch is padded with
+    rows of weight 0."""
+    x, y = np.asarray(x), np.asarray(y)
+    n = x.shape[0]
+    steps = math.ceil(n / batch_size)
+    pad = steps * batch_size - n
+
+    @jax.jit
+    def order(epoch):
+        k = jax.random.fold_in(key, epoch)
+        perms = jax.vmap(lambda j: jax.random.permutation(jax.random.fold_in(k, j), n))(
+            jnp.arange(num_models))
+        return jnp.concatenate([perms, perms[:, :pad]], axis=1)  # (N, steps * B)
+
+    w = (np.arange(steps * batch_size) < n).astype(np.float32)
+    w = np.broadcast_to(w.reshape(steps, batch_size, 1), (steps, batch_size, num_models))
+
+    def batches(step: int):
+        if step % steps:
+            raise ValueError(f"step must start an epoch (multiple of {steps}), got {step}")
+        idx = np.asarray(order(step // steps)).reshape(num_models, steps, batch_size)
+        idx = idx.transpose(1, 2, 0)  # (steps, B, N)
+        return x[idx], y[idx], np.ascontiguousarray(w)
+
+    return batches, steps
+
+
+def train_ensemble(
+    x,
+    y,
+    loss: Callable,
+    *,
+    key: jax.Array,
+    num_models: int,
+    epochs: int,
+    batch_size: int = 32,
+    learning_rate: float = 1e-3,
+    stage_dir=None,
+    config: dict | None = None,
+    restart: bool = False,
+    save_every_epochs: int = 5,
+    mesh=None,
+    progress: bool = False,
+    description: str = "train",
+):
+    """Trains `num_models` nets with Adam on (x, y) with a bound per-example loss,
+    through `ebm_jax.train.fit`: one jitted call per epoch (a scan over its steps), the
+    batch sharded over the devices of `mesh` (default: one device), checkpoints in
+    `stage_dir` every `save_every_epochs` epochs, and resuming from them when rerun
+    (`restart` starts over). Without `stage_dir` the checkpoints go to a temporary
+    directory that is removed afterwards.
+
+    Returns (graphdef, params stacked over models, the last epoch's loss averaged over
+    steps and models, seconds per epoch per model (median epoch), seconds of the first epoch beyond the
+    median (compilation)).
+    """
+    x = jnp.asarray(checks.finite_array("x", x), jnp.float32)
+    y = jnp.asarray(checks.finite_array("y", y), jnp.float32)
+    checks.same_batch("x", x, "y", y)
+    if x.ndim != 2 or y.ndim != 2:
+        raise ValueError(f"x and y must have shape (n, d), got {x.shape} and {y.shape}")
+    num_models = checks.int_at_least("num_models", num_models, 1)
+    epochs = checks.int_at_least("epochs", epochs, 1)
+    batch_size = checks.int_at_least("batch_size", batch_size, 1)
+    save_every_epochs = checks.int_at_least("save_every_epochs", save_every_epochs, 1)
+    checks.positive("learning_rate", learning_rate)
+
+    k_init, k_train, k_data = jax.random.split(key, 3)
+    graphdef, params = init_ensemble(k_init, num_models)
+    single_graphdef, _, rest = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)), nnx.Param, ...)
+    optimizer = optax.adam(learning_rate)
+    state = init_train_state(params, rest, optimizer, k_train)
+    batches, steps = make_epoch_batches(x, y, k_data, num_models, batch_size)
+    mesh = make_mesh(1) if mesh is None else mesh
+    step_fn = make_train_step(single_graphdef, make_ensemble_loss(graphdef, loss),
+                              optimizer, mesh, steps_per_call=steps, stacked=True)
+    config = dict(config or {}, num_models=num_models, epochs=epochs,
+                  batch_size=batch_size, learning_rate=learning_rate,
+                  num_train=int(x.shape[0]))
+    with contextlib.ExitStack() as stack:
+        if stage_dir is None:
+            stage_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ebm-jax-"))
+        state = fit(
+            stage_dir, state, step_fn, batches, num_steps=epochs * steps, config=config,
+            save_every=save_every_epochs * steps, keep=2, log_every=steps,
+            restart=restart, progress=progress, description=description,
         )
-        return params, opt_state, jnp.mean(losses)
-
-    return jax.jit(
-        jax.vmap(one_model, in_axes=(0, 0, 0, None, None)), donate_argnums=(0, 1)
-    )
+        rows = read_metrics(stage_dir)
+        params = jax.device_get(state.params)
+    final = float(rows[-1]["mean_model_loss"]) if rows else float("nan")
+    rates = np.array([r["steps_per_second"] for r in rows if r["step"] % steps == 0])
+    epoch_seconds = steps / rates if rates.size else np.array([np.nan])
+    spe = float(np.median(epoch_seconds)) / num_models
+    compile_s = max(0.0, float(epoch_seconds[0] - np.median(epoch_seconds)))
+    return graphdef, params, final, spe, compile_s
 
 
 def make_grid_scores(energy: Callable, grid: int, chunk: int = 64) -> Callable:
@@ -199,7 +286,7 @@ class RunResult:
     epochs: int
     num_samples: int | None
     kl: list[float]
-    final_losses: list[float]
+    final_loss: float  # last epoch's training loss, averaged over steps and models
     seconds_per_epoch: float  # wall seconds per epoch per model (ensemble time / N)
     compile_seconds: float
     best_scores: np.ndarray | None = None  # grid scores of the best model, for plots
@@ -219,65 +306,10 @@ class RunResult:
             "kl_top5": float(np.mean(top)),
             "top_k": int(top.size),
             "kl_all": [float(v) for v in kl],
+            "final_loss": self.final_loss,
             "seconds_per_epoch": self.seconds_per_epoch,
             "compile_seconds": self.compile_seconds,
         }
-
-
-def train_ensemble(
-    x,
-    y,
-    loss: Callable,
-    *,
-    key: jax.Array,
-    num_models: int,
-    epochs: int,
-    batch_size: int = 32,
-    learning_rate: float = 1e-3,
-    progress: Callable | None = None,
-):
-    """Trains `num_models` nets with Adam on (x, y) with a bound per-example loss.
-
-    Returns (graphdef, params stacked over models, final epoch losses (N,),
-    seconds per epoch per model, compile seconds).
-    """
-    x = jnp.asarray(checks.finite_array("x", x), jnp.float32)
-    y = jnp.asarray(checks.finite_array("y", y), jnp.float32)
-    checks.same_batch("x", x, "y", y)
-    if x.ndim != 2 or y.ndim != 2:
-        raise ValueError(f"x and y must have shape (n, d), got {x.shape} and {y.shape}")
-    num_models = checks.int_at_least("num_models", num_models, 1)
-    epochs = checks.int_at_least("epochs", epochs, 1)
-    batch_size = checks.int_at_least("batch_size", batch_size, 1)
-    checks.positive("learning_rate", learning_rate)
-
-    k_init, k_train = jax.random.split(key)
-    graphdef, params = init_ensemble(k_init, num_models)
-    energy = energy_fn(graphdef)
-    optimizer = optax.adam(learning_rate)
-    opt_state = jax.vmap(optimizer.init)(params)
-    epoch_fn = make_ensemble_epoch(energy, loss, optimizer, x.shape[0], batch_size)
-    model_keys = jax.random.split(k_train, num_models)
-
-    def keys_for(e):
-        return jax.vmap(lambda k: jax.random.fold_in(k, e))(model_keys)
-
-    t0 = time.perf_counter()
-    compiled = epoch_fn.lower(params, opt_state, keys_for(0), x, y).compile()
-    compile_seconds = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    mean_loss = None
-    for e in range(epochs):
-        params, opt_state, mean_loss = compiled(params, opt_state, keys_for(e), x, y)
-        if progress is not None:
-            progress(e, mean_loss)
-    jax.block_until_ready(params)
-    elapsed = time.perf_counter() - t0
-    return (
-        graphdef, params, np.asarray(mean_loss), elapsed / epochs / num_models,
-        compile_seconds,
-    )
 
 
 def evaluate_kl(graphdef, params, dataset: int, grid: int = 2048):
@@ -296,6 +328,11 @@ def evaluate_kl(graphdef, params, dataset: int, grid: int = 2048):
     return kls, best_scores
 
 
+def stage_name(method: str, dataset: int, num_samples: int | None = None) -> str:
+    """Directory name of one method x dataset training stage under the run directory."""
+    return f"{method}-d{dataset}" + ("" if num_samples is None else f"-M{num_samples}")
+
+
 def run_one(
     method: str,
     dataset: int,
@@ -303,30 +340,36 @@ def run_one(
     *,
     seed: int,
     num_samples: int | None = None,
-    progress_factory: Callable | None = None,
+    run_dir=None,
+    restart: bool = False,
+    save_every_epochs: int = 5,
+    mesh=None,
+    progress: bool = False,
 ) -> RunResult:
-    """Trains and evaluates one method variant on one dataset."""
+    """Trains (or resumes) and evaluates one method variant on one dataset. With
+    `run_dir`, the stage's checkpoints and records go to `run_dir/stage_name(...)`."""
     loss_name, hp = method_hyperparameters(method, dataset, profile, num_samples)
     loss = make_loss(loss_name, **hp)
     key = jax.random.key(seed)
     x, y = toy1d.sample(jax.random.fold_in(key, dataset), dataset, profile.num_train)
     run_key = jax.random.fold_in(jax.random.fold_in(key, 1000 + dataset), _stable_hash(method))
-    progress, close = (None, None)
-    if progress_factory is not None:
-        progress, close = progress_factory(method, dataset)
-    try:
-        graphdef, params, final_losses, spe, compile_s = train_ensemble(
-            x, y, loss, key=run_key, num_models=profile.num_models, epochs=profile.epochs,
-            batch_size=profile.batch_size, learning_rate=profile.learning_rate,
-            progress=progress,
-        )
-    finally:
-        if close is not None:
-            close()
+    stage_dir = None
+    if run_dir is not None:
+        stage_dir = Path(run_dir) / stage_name(method, dataset, num_samples)
+    config = {"experiment": "regression1d", "method": method, "dataset": dataset,
+              "loss": loss_name, "hyperparameters": hp, "seed": seed}
+    extra = "" if num_samples is None else f" M={num_samples}"
+    graphdef, params, final_loss, spe, compile_s = train_ensemble(
+        x, y, loss, key=run_key, num_models=profile.num_models, epochs=profile.epochs,
+        batch_size=profile.batch_size, learning_rate=profile.learning_rate,
+        stage_dir=stage_dir, config=config, restart=restart,
+        save_every_epochs=save_every_epochs, mesh=mesh, progress=progress,
+        description=f"{method} d{dataset}{extra}",
+    )
     kls, best_scores = evaluate_kl(graphdef, params, dataset, profile.grid)
     return RunResult(
         method=method, dataset=dataset, num_models=profile.num_models, epochs=profile.epochs,
-        num_samples=hp.get("num_samples"), kl=kls, final_losses=final_losses.tolist(),
+        num_samples=hp.get("num_samples"), kl=kls, final_loss=final_loss,
         seconds_per_epoch=spe, compile_seconds=compile_s, best_scores=best_scores,
     )
 

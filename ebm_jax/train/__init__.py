@@ -10,7 +10,7 @@ from ebm_jax.train.checkpoint import (
 from ebm_jax.train.distributed import initialize_distributed
 from ebm_jax.train.loop import ConfigMismatchError, fit, reset_stage
 from ebm_jax.train.records import RunRecords, is_main_process, plot_metrics, read_metrics
-from ebm_jax.train.state import TrainState, create_train_state, merge_model
+from ebm_jax.train.state import TrainState, create_train_state, init_train_state, merge_model
 from ebm_jax.train.step import (
     DATA_AXIS,
     TrainStep,
@@ -36,6 +36,7 @@ __all__ = [
     "create_train_state",
     "data_sharding",
     "fit",
+    "init_train_state",
     "initialize_distributed",
     "is_main_process",
     "load_stage_params",

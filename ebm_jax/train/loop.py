@@ -118,7 +118,7 @@ def fit(
         try:
             for s in range(start, num_steps, per_call):
                 state, metrics = step_fn(state, shard_batch(batches(s), mesh,
-                                                            stacked=per_call > 1))
+                                                            stacked=step_fn.stacked))
                 # wait for every step: collective loops over fake CPU devices can
                 # deadlock otherwise, and a failing step is reported at its own step
                 jax.block_until_ready(state)
@@ -126,7 +126,7 @@ def fit(
                 bar.update(per_call)
                 if done % log_every == 0 or done == num_steps:
                     host = jax.tree.map(lambda a: np.asarray(a), metrics)
-                    if per_call > 1:
+                    if step_fn.stacked:
                         host = {k: np.mean(v) for k, v in host.items()}
                     now = time.perf_counter()
                     rate = (done - s_last) / max(now - t_last, 1e-9)

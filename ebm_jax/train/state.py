@@ -49,17 +49,23 @@ def create_train_state(
 
     `key` is a typed key (`jax.random.key(seed)`); it is stored as its raw key data.
     """
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    return graphdef, init_train_state(params, rest, optimizer, key)
+
+
+def init_train_state(params, rest, optimizer: optax.GradientTransformation,
+                     key: jax.Array) -> TrainState:
+    """A step-0 TrainState from already split model state (e.g. parameters stacked over
+    an ensemble by `jax.vmap`)."""
     if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
         raise TypeError(f"key must be a typed PRNG key (jax.random.key), got {key!r}")
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    state = TrainState(
+    return TrainState(
         params=params,
         rest=rest,
         opt_state=optimizer.init(params),
         step=jnp.zeros((), jnp.int32),
         key=jax.random.key_data(key),
     )
-    return graphdef, state
 
 
 def merge_model(graphdef: nnx.GraphDef, state: TrainState) -> nnx.Module:

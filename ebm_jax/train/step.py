@@ -113,11 +113,11 @@ def _split_loss_output(out) -> tuple[jax.Array, dict]:
 class TrainStep:
     """`step(state, batch) -> (state, metrics)`; see the module docstring."""
 
-    def __init__(self, jitted, mesh, steps_per_call: int):
+    def __init__(self, jitted, mesh, steps_per_call: int, stacked: bool):
         self.jitted = jitted
         self.mesh = mesh
         self.steps_per_call = steps_per_call
-        self.stacked = steps_per_call > 1
+        self.stacked = stacked
 
     def __call__(self, state: TrainState, batch):
         check_batch(batch, self.mesh, stacked=self.stacked)
@@ -137,11 +137,16 @@ def make_train_step(
     steps_per_call: int = 1,
     per_device: bool = False,
     donate: bool = True,
+    stacked: bool | None = None,
 ) -> TrainStep:
-    """Builds the jitted step; see the module docstring."""
+    """Builds the jitted step; see the module docstring. `stacked` (default:
+    steps_per_call > 1) says whether batches carry the leading steps axis; pass True to
+    keep that axis when a call may hold a single step."""
     if int(steps_per_call) < 1:
         raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
-    stacked = steps_per_call > 1
+    stacked = steps_per_call > 1 if stacked is None else bool(stacked)
+    if steps_per_call > 1 and not stacked:
+        raise ValueError("stacked=False needs steps_per_call=1")
 
     def objective(params, rest, batch, key):
         model = nnx.merge(graphdef, params, rest)
@@ -190,5 +195,5 @@ def make_train_step(
         out_shardings=(replicated(mesh), replicated(mesh)),
         donate_argnums=(0,) if donate else (),
     )
-    return TrainStep(jitted, mesh, int(steps_per_call))
+    return TrainStep(jitted, mesh, int(steps_per_call), stacked)
 
