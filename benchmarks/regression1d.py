@@ -125,7 +125,7 @@ def step_flops(method: str, dataset: int, num_samples: int, batch: int = 32) -> 
 
 
 def time_method(method: str, dataset: int, num_samples: int, steps: int,
-                repeats: int) -> float:
+                repeats: int, devices: int = 1) -> float:
     """Wall seconds per epoch of one model (epoch = 63 steps of batch 32), through the
     same jitted epoch (`ebm_jax.train` step scanning an epoch) that `ebm-jax
     regression1d` trains with."""
@@ -136,7 +136,7 @@ def time_method(method: str, dataset: int, num_samples: int, steps: int,
     num_train = 2000 if steps >= STEPS_PER_EPOCH else steps * 32
     x, y = toy1d.sample(jax.random.key(dataset), dataset, num_train)
     batches, per_epoch = r1d.make_epoch_batches(x, y, jax.random.key(1), 1, 32)
-    mesh = make_mesh(1)
+    mesh = make_mesh(devices)
     step = make_train_step(single, r1d.make_ensemble_loss(graphdef, loss), optimizer, mesh,
                            steps_per_call=per_epoch, stacked=True)
     state = replicate(init_train_state(params, rest, optimizer, jax.random.key(2)), mesh)

@@ -90,3 +90,19 @@ def test_benchmark_rejects_bad_arguments(tmp_path, argv, match, capsys):
     text = str(err.value) + capsys.readouterr().err
     assert match in text
     assert not (tmp_path / "regression1d.json").exists()
+
+
+def test_train_infra_benchmark_smoke(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "bench_train_infra", Path(__file__).parents[1] / "benchmarks" / "train_infra.py")
+    infra = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(infra)
+    rc = infra.main(["--out", str(tmp_path), "--devices", "1", "2", "--steps", "2",
+                     "--repeats", "1", "--widths", "8"])
+    assert rc == 0
+    report = json.loads((tmp_path / "train_infra.json").read_text())
+    assert set(report["sharded_steps_per_second"]) == {"1", "2"}
+    assert report["plain_jit_steps_per_second"] > 0
+    (c,) = report["checkpoints"]
+    assert c["parameters"] == 10 * (8 * 8 + 8) and c["save_seconds"] > 0
+    assert "restore s" in (tmp_path / "train_infra.md").read_text()

@@ -245,6 +245,7 @@ def train_ensemble(
             stage_dir, state, step_fn, batches, num_steps=epochs * steps, config=config,
             save_every=save_every_epochs * steps, keep=2, log_every=steps,
             restart=restart, progress=progress, description=description,
+            global_batches=True,  # every process builds the same (small) epoch
         )
         rows = read_metrics(stage_dir)
         params = jax.device_get(state.params)

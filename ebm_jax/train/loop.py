@@ -66,12 +66,14 @@ def fit(
     progress: bool = True,
     description: str = "train",
     on_metrics: Callable[[int, dict], None] | None = None,
+    global_batches: bool = False,
 ) -> TrainState:
     """Trains one stage to `num_steps` steps; see the module docstring.
 
     `state` is the freshly initialised state (used as is, or as the restore target);
     `batches(s)` returns this process's share of the batch of step s (stacked over
-    `steps_per_call` steps when the step scans several).
+    `steps_per_call` steps when the step scans several), or, with `global_batches`, the
+    whole global batch, identical on every process.
     """
     stage_dir = Path(stage_dir)
     per_call = step_fn.steps_per_call
@@ -117,8 +119,9 @@ def fit(
         t_last, s_last = time.perf_counter(), start
         try:
             for s in range(start, num_steps, per_call):
-                state, metrics = step_fn(state, shard_batch(batches(s), mesh,
-                                                            stacked=step_fn.stacked))
+                batch = shard_batch(batches(s), mesh, stacked=step_fn.stacked,
+                                    is_global=global_batches)
+                state, metrics = step_fn(state, batch)
                 # wait for every step: collective loops over fake CPU devices can
                 # deadlock otherwise, and a failing step is reported at its own step
                 jax.block_until_ready(state)

@@ -90,17 +90,22 @@ def check_batch(batch, mesh, *, stacked: bool = False, name: str = "batch") -> i
     return size
 
 
-def shard_batch(local_batch, mesh, *, stacked: bool = False):
-    """Assembles the global batch from this process's rows (all rows on one host).
+def shard_batch(batch, mesh, *, stacked: bool = False, is_global: bool = False):
+    """Assembles the global batch from host data.
 
-    Multi-host: each process passes its own shard, of batch size global / processes;
-    `jax.make_array_from_process_local_data` builds the global array.
+    By default `batch` holds this process's rows (with one process: all rows); in a
+    multi-host run each process passes its own shard, of batch size global / processes.
+    With `is_global=True` every process passes the same whole global batch (small data
+    generated identically on each host) and keeps only the rows of its devices.
     """
     sharding = data_sharding(mesh, stacked=stacked)
-    return jax.tree.map(
-        lambda a: jax.make_array_from_process_local_data(sharding, np.asarray(a)),
-        local_batch,
-    )
+
+    def put(a):
+        a = np.asarray(a)
+        shape = a.shape if is_global else None
+        return jax.make_array_from_process_local_data(sharding, a, shape)
+
+    return jax.tree.map(put, batch)
 
 
 def _split_loss_output(out) -> tuple[jax.Array, dict]:
