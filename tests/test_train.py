@@ -166,7 +166,18 @@ STATE_TYPES = {
         ToyEnergyMLP(rngs=nnx.Rngs(2)), optax.sgd(0.1, momentum=0.9), jax.random.key(2)),
     "batchnorm-adamw": lambda: create_train_state(
         _BNNet(nnx.Rngs(3)), optax.adamw(1e-3), jax.random.key(3)),
+    "regression1d-ensemble": lambda: _ensemble_state(),
 }
+
+
+def _ensemble_state():
+    """The state `ebm-jax regression1d` trains: parameters stacked over 5 models."""
+    from ebm_jax.experiments import regression1d as r1d
+    from ebm_jax.train import init_train_state
+
+    graphdef, params = r1d.init_ensemble(jax.random.key(4), 5)
+    _, _, rest = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)), nnx.Param, ...)
+    return graphdef, init_train_state(params, rest, optax.adam(1e-3), jax.random.key(4))
 
 
 @pytest.mark.parametrize("kind", sorted(STATE_TYPES))
