@@ -46,7 +46,7 @@ from ebm_jax.data import toy1d
 from ebm_jax.energy import batch_loss, make_loss
 from ebm_jax.energy.langevin import langevin_chains
 from ebm_jax.experiments import regression1d as r1d
-from ebm_jax.io import atomic_write
+from ebm_jax.io import write_report
 from ebm_jax.models import ToyEnergyMLP
 from ebm_jax.train import init_train_state, make_mesh, make_train_step, replicate, shard_batch
 
@@ -250,8 +250,7 @@ def main(argv=None) -> int:
         "dataset": args.dataset, "torch": torch_report, "methods": results,
     }
     table = markdown(report)
-    atomic_write(args.out / "regression1d.json", json.dumps(report, indent=2) + "\n")
-    atomic_write(args.out / "regression1d.md", table)
+    write_report(args.out, "regression1d", report, table)
     print(table)
     return 0
 

@@ -21,7 +21,6 @@ import os
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")  # before JAX starts
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
@@ -37,7 +36,7 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from ebm_jax.energy import batch_loss, make_loss  # noqa: E402
-from ebm_jax.io import atomic_write  # noqa: E402
+from ebm_jax.io import write_report  # noqa: E402
 from ebm_jax.models import ToyEnergyMLP  # noqa: E402
 from ebm_jax.train import (  # noqa: E402
     StageCheckpoints,
@@ -204,8 +203,7 @@ def main(argv=None) -> int:
         "checkpoints": ckpts,
     }
     table = markdown(report)
-    atomic_write(args.out / "train_infra.json", json.dumps(report, indent=2) + "\n")
-    atomic_write(args.out / "train_infra.md", table)
+    write_report(args.out, "train_infra", report, table)
     print(table)
     return 0
 

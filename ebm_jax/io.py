@@ -33,3 +33,12 @@ def atomic_savefig(fig, path: Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_report(out_dir: Path, stem: str, payload: dict, markdown: str) -> None:
+    """`<out_dir>/<stem>.json` and `<stem>.md`, each written atomically."""
+    import json
+
+    out_dir = Path(out_dir)
+    atomic_write(out_dir / f"{stem}.json", json.dumps(payload, indent=2) + "\n")
+    atomic_write(out_dir / f"{stem}.md", markdown)
