@@ -1,0 +1,30 @@
+"""Contrastive representation learning (seed 002) as pure functions: InfoNCE, the
+InstDisc memory bank and NCE loss, MoCo's queue and momentum encoder."""
+
+from ebm_jax.contrastive.infonce import infonce_logits, infonce_loss
+from ebm_jax.contrastive.instdisc import (
+    estimate_log_z,
+    init_memory_bank,
+    instdisc_nce_loss,
+    instdisc_softmax_loss,
+    normalise,
+    resolve_log_z,
+    update_memory_bank,
+)
+from ebm_jax.contrastive.moco import check_queue_size, ema_update, enqueue, init_queue
+
+__all__ = [
+    "check_queue_size",
+    "ema_update",
+    "enqueue",
+    "estimate_log_z",
+    "infonce_logits",
+    "infonce_loss",
+    "init_memory_bank",
+    "init_queue",
+    "instdisc_nce_loss",
+    "instdisc_softmax_loss",
+    "normalise",
+    "resolve_log_z",
+    "update_memory_bank",
+]

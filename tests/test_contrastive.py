@@ -1,0 +1,162 @@
+"""ebm_jax.contrastive against direct NumPy transcriptions (seed 002)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ebm_jax.contrastive import (
+    ema_update,
+    enqueue,
+    estimate_log_z,
+    infonce_loss,
+    init_memory_bank,
+    init_queue,
+    instdisc_nce_loss,
+    instdisc_softmax_loss,
+    normalise,
+    resolve_log_z,
+    update_memory_bank,
+)
+
+RNG = np.random.default_rng(0)
+
+
+def unit(*shape):
+    x = RNG.normal(size=shape)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_infonce_matches_numpy():
+    q, k, queue, t = unit(8, 16), unit(8, 16), unit(32, 16), 0.07
+    ref = []
+    for i in range(8):
+        logits = np.concatenate([[q[i] @ k[i]], queue @ q[i]]) / t
+        ref.append(-logits[0] + np.log(np.sum(np.exp(logits))))
+    got = infonce_loss(jnp.asarray(q, jnp.float32), jnp.asarray(k, jnp.float32),
+                       jnp.asarray(queue, jnp.float32), t)
+    np.testing.assert_allclose(got, np.mean(ref), rtol=1e-5)
+    # finite even with a temperature that makes exp overflow in float32
+    assert np.isfinite(float(infonce_loss(q, k, queue, 1e-3)))
+
+
+def _nce_ref(f, bank, idx, noise, t, z):
+    n, m = bank.shape[0], noise.shape[1]
+    pn = 1.0 / n
+    total = 0.0
+    for b in range(f.shape[0]):
+        p_data = np.exp(bank[idx[b]] @ f[b] / t) / z
+        total += np.log(p_data / (p_data + m * pn))
+        for j in noise[b]:
+            p = np.exp(bank[j] @ f[b] / t) / z
+            total += np.log(m * pn / (p + m * pn))
+    return -total / f.shape[0]
+
+
+def test_instdisc_nce_matches_numpy_with_z_from_the_first_batch():
+    n, b, m, t = 50, 4, 10, 0.07
+    bank, f = unit(n, 8), unit(b, 8)
+    idx = RNG.integers(0, n, b)
+    noise = RNG.integers(0, n, (b, m))
+    # Z = mean(exp(v.f/T)) * n over the batch's positive and noise entries
+    all_idx = np.concatenate([idx[:, None], noise], axis=1)
+    z = np.mean(np.exp(np.einsum("bmd,bd->bm", bank[all_idx], f) / t)) * n
+    log_z = estimate_log_z(f, bank, idx, noise, t)
+    np.testing.assert_allclose(np.exp(log_z), z, rtol=1e-5)
+    got = instdisc_nce_loss(f, bank, idx, noise, t, log_z)
+    np.testing.assert_allclose(got, _nce_ref(f, bank, idx, noise, t, z), rtol=1e-5)
+    # Z is estimated once: a stored finite value wins over a new batch's estimate
+    assert float(resolve_log_z(jnp.nan, log_z)) == pytest.approx(float(log_z))
+    assert float(resolve_log_z(jnp.float32(3.0), log_z)) == 3.0
+
+
+def test_instdisc_softmax_matches_numpy():
+    bank, f, t = unit(20, 8), unit(4, 8), 0.1
+    idx = np.array([3, 0, 19, 3])
+    logits = f @ bank.T / t
+    ref = np.mean([np.log(np.sum(np.exp(row))) - row[i] for row, i in zip(logits, idx)])
+    np.testing.assert_allclose(instdisc_softmax_loss(f, bank, idx, t), ref, rtol=1e-5)
+
+
+def test_memory_bank_update_is_normalised_mix():
+    bank = init_memory_bank(jax.random.key(0), 10, 4)
+    np.testing.assert_allclose(np.linalg.norm(bank, axis=1), 1.0, rtol=1e-5)
+    f = normalise(jnp.asarray(RNG.normal(size=(2, 4)), jnp.float32))
+    new = update_memory_bank(bank, jnp.array([2, 7]), f)
+    for row, i in zip(f, (2, 7)):
+        mix = 0.5 * np.asarray(bank[i]) + 0.5 * np.asarray(row)
+        np.testing.assert_allclose(new[i], mix / np.linalg.norm(mix), rtol=1e-5)
+    untouched = np.array([i for i in range(10) if i not in (2, 7)])
+    np.testing.assert_array_equal(new[untouched], bank[untouched])
+
+
+def test_queue_wraps_around_and_enqueues_after_use():
+    queue, ptr = init_queue(jax.random.key(0), 8, 3)
+    np.testing.assert_allclose(np.linalg.norm(queue, axis=1), 1.0, rtol=1e-5)
+    assert int(ptr) == 0
+    step = jax.jit(enqueue)
+    batches = [jnp.full((4, 3), float(i + 1)) for i in range(3)]
+    q1, p1 = step(queue, ptr, batches[0])
+    assert int(p1) == 4
+    np.testing.assert_array_equal(q1[:4], batches[0])
+    np.testing.assert_array_equal(q1[4:], queue[4:])
+    q2, p2 = step(q1, p1, batches[1])
+    assert int(p2) == 0  # wrapped
+    q3, p3 = step(q2, p2, batches[2])
+    assert int(p3) == 4
+    np.testing.assert_array_equal(q3[:4], batches[2])  # oldest batch overwritten
+    np.testing.assert_array_equal(q3[4:], batches[1])
+
+
+def test_moco_order_keys_enter_the_queue_after_the_loss():
+    """In a step the loss sees the queue before this batch's keys are added."""
+    q_feat, k_feat = unit(4, 3).astype(np.float32), unit(4, 3).astype(np.float32)
+    queue, ptr = init_queue(jax.random.key(1), 8, 3)
+
+    def step(queue, ptr):
+        loss = infonce_loss(q_feat, k_feat, queue, 0.1)
+        queue, ptr = enqueue(queue, ptr, k_feat)
+        return loss, queue, ptr
+
+    loss, new_queue, _ = jax.jit(step)(queue, ptr)
+    assert float(loss) == pytest.approx(float(infonce_loss(q_feat, k_feat, queue, 0.1)))
+    assert float(loss) != pytest.approx(float(infonce_loss(q_feat, k_feat, new_queue, 0.1)))
+
+
+def test_queue_size_not_divisible_or_too_small_is_rejected():
+    queue, ptr = init_queue(jax.random.key(0), 10, 3)
+    with pytest.raises(ValueError, match="divisible by the batch size 4"):
+        enqueue(queue, ptr, jnp.zeros((4, 3)))
+    with pytest.raises(ValueError, match=">= the batch size 16"):
+        enqueue(queue, ptr, jnp.zeros((16, 3)))
+
+
+def test_ema_is_exactly_m_k_plus_one_minus_m_q():
+    k = {"w": jnp.asarray(RNG.normal(size=(5, 5)), jnp.float32)}
+    q = {"w": jnp.asarray(RNG.normal(size=(5, 5)), jnp.float32)}
+    for m in (0.0, 0.9, 0.99, 0.999, 1.0):
+        got = ema_update(k, q, m)["w"]
+        np.testing.assert_array_equal(got, m * k["w"] + (1 - m) * q["w"])
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: infonce_loss(unit(2, 3), unit(2, 3), unit(4, 3), 0.0), "temperature"),
+    (lambda: instdisc_softmax_loss(unit(2, 3), unit(4, 3), np.array([0, 1]), -1.0),
+     "temperature"),
+    (lambda: ema_update({"a": 1.0}, {"a": 2.0}, 1.5), "momentum must be in"),
+    (lambda: ema_update({"a": 1.0}, {"a": 2.0}, -0.1), "momentum must be in"),
+    (lambda: update_memory_bank(jnp.zeros((3, 2)), jnp.array([0]), jnp.ones((1, 2)), 2.0),
+     "momentum must be in"),
+    (lambda: infonce_loss(unit(2, 3), unit(2, 4), unit(4, 3), 0.1), "must be"),
+])
+def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_log_z_estimate_is_stable_for_small_temperatures():
+    f, bank = unit(4, 8).astype(np.float32), unit(30, 8).astype(np.float32)
+    log_z = estimate_log_z(f, bank, np.arange(4), np.tile(np.arange(5), (4, 1)), 1e-3)
+    assert np.isfinite(float(log_z)) and float(log_z) > math.log(30)
