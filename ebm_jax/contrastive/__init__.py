@@ -11,6 +11,7 @@ from ebm_jax.contrastive.instdisc import (
     resolve_log_z,
     update_memory_bank,
 )
+from ebm_jax.contrastive.knn import knn_accuracy, knn_predict
 from ebm_jax.contrastive.moco import check_queue_size, ema_update, enqueue, init_queue
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "infonce_loss",
     "init_memory_bank",
     "init_queue",
+    "knn_accuracy",
+    "knn_predict",
     "instdisc_nce_loss",
     "instdisc_softmax_loss",
     "normalise",
