@@ -1,6 +1,7 @@
 """ebm_jax.contrastive against direct NumPy transcriptions (seed 002)."""
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -189,3 +190,74 @@ def test_knn_on_a_toy_set_with_known_neighbours():
     np.testing.assert_array_equal(knn_predict(te, tr, lab, 4, k=5, chunk=4), ref)
     with pytest.raises(ValueError, match=r"train_labels must be in \[0, 3\)"):
         knn_predict(te, tr, lab, 3)
+
+
+def test_split_batch_norm_matches_a_per_group_reference():
+    from flax import nnx
+
+    from ebm_jax.contrastive.shuffle_bn import SplitBatchNorm
+
+    x = RNG.normal(size=(16, 3, 3, 5)).astype(np.float32) * 2 + 1
+    bn = SplitBatchNorm(5, 4, momentum=0.9)
+    bn.scale[...] = jnp.arange(1.0, 6.0)
+    y = np.asarray(bn(jnp.asarray(x)))
+    means, vars_ = [], []
+    for g in range(4):
+        grp = x[4 * g:4 * g + 4]
+        mu, var = grp.mean(axis=(0, 1, 2)), grp.var(axis=(0, 1, 2))
+        means.append(mu)
+        vars_.append(var)
+        ref = (grp - mu) / np.sqrt(var + 1e-5) * np.arange(1.0, 6.0)
+        np.testing.assert_allclose(y[4 * g:4 * g + 4], ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(bn.mean[...], 0.1 * np.mean(means, 0), rtol=1e-5)
+    np.testing.assert_allclose(bn.var[...], 0.9 + 0.1 * np.mean(vars_, 0), rtol=1e-5)
+    # one split is ordinary training-mode batch norm
+    one = SplitBatchNorm(5, 1)
+    ref = nnx.BatchNorm(5, use_running_average=False, momentum=0.9, rngs=nnx.Rngs(0))
+    np.testing.assert_allclose(one(jnp.asarray(x)), ref(jnp.asarray(x)), atol=1e-4)
+    with pytest.raises(ValueError, match="divisible by num_splits 4"):
+        bn(jnp.asarray(x[:6]))
+
+
+def test_shuffled_batch_norm_on_four_devices_uses_per_device_statistics():
+    from jax.sharding import PartitionSpec as P
+
+    from ebm_jax.contrastive.shuffle_bn import (
+        shuffle_across_devices,
+        unshuffle_across_devices,
+    )
+    from ebm_jax.train import DATA_AXIS, make_mesh, shard_batch
+
+    mesh = make_mesh(4)
+    x = RNG.normal(size=(16, 3)).astype(np.float32) * 3
+    key = jax.random.key(5)
+
+    def encode(block, key, use_batch_stats):
+        shuffled, perm = shuffle_across_devices(block, key, DATA_AXIS)
+        if use_batch_stats:  # this device's own statistics
+            mu, var = jnp.mean(shuffled, 0), jnp.var(shuffled, 0)
+            out = (shuffled - mu) / jnp.sqrt(var + 1e-5)
+        else:  # fixed statistics: the encoding does not depend on the grouping
+            out = 2.0 * shuffled + 1.0
+        return unshuffle_across_devices(out, perm, DATA_AXIS), perm
+
+    outs = {}
+    for stats in (True, False):
+        f = jax.jit(jax.shard_map(partial(encode, use_batch_stats=stats), mesh=mesh,
+                                  in_specs=(P(DATA_AXIS), P()),
+                                  out_specs=(P(DATA_AXIS), P())))
+        outs[stats] = f(shard_batch(x, mesh), key)
+    # fixed statistics: keys equal the unshuffled encoding, in the original order
+    np.testing.assert_allclose(outs[False][0], 2.0 * x + 1.0, rtol=1e-6)
+    # batch statistics: each example normalised with the stats of the device block it
+    # was shuffled into, not with the global ones
+    y, perm = np.asarray(outs[True][0]), np.asarray(outs[True][1])
+    assert sorted(perm.tolist()) == list(range(16)) and not np.array_equal(perm, np.arange(16))
+    ref = np.empty_like(x)
+    for d in range(4):
+        members = perm[4 * d:4 * d + 4]
+        mu, var = x[members].mean(0), x[members].var(0)
+        ref[members] = (x[members] - mu) / np.sqrt(var + 1e-5)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    global_bn = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)
+    assert not np.allclose(y, global_bn, atol=1e-2)

@@ -13,8 +13,14 @@ from ebm_jax.contrastive.instdisc import (
 )
 from ebm_jax.contrastive.knn import knn_accuracy, knn_predict
 from ebm_jax.contrastive.moco import check_queue_size, ema_update, enqueue, init_queue
+from ebm_jax.contrastive.shuffle_bn import (
+    SplitBatchNorm,
+    shuffle_across_devices,
+    unshuffle_across_devices,
+)
 
 __all__ = [
+    "SplitBatchNorm",
     "check_queue_size",
     "ema_update",
     "enqueue",
@@ -29,5 +35,7 @@ __all__ = [
     "instdisc_softmax_loss",
     "normalise",
     "resolve_log_z",
+    "shuffle_across_devices",
+    "unshuffle_across_devices",
     "update_memory_bank",
 ]

@@ -143,10 +143,14 @@ def make_train_step(
     per_device: bool = False,
     donate: bool = True,
     stacked: bool | None = None,
+    fold_device_key: bool = True,
 ) -> TrainStep:
     """Builds the jitted step; see the module docstring. `stacked` (default:
     steps_per_call > 1) says whether batches carry the leading steps axis; pass True to
-    keep that axis when a call may hold a single step."""
+    keep that axis when a call may hold a single step. With `per_device`,
+    `fold_device_key=False` hands every device the same step key (for randomness that
+    must agree across devices, such as the global permutation of shuffled batch norm;
+    fold in `lax.axis_index(DATA_AXIS)` by hand where draws must differ)."""
     if int(steps_per_call) < 1:
         raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
     stacked = steps_per_call > 1 if stacked is None else bool(stacked)
@@ -161,8 +165,8 @@ def make_train_step(
 
     if per_device:
         def local(params, rest, batch, key):
-            # each device draws its own randomness for its shard
-            key = jax.random.fold_in(key, jax.lax.axis_index(DATA_AXIS))
+            if fold_device_key:  # each device draws its own randomness for its shard
+                key = jax.random.fold_in(key, jax.lax.axis_index(DATA_AXIS))
             loss, (metrics, new_rest) = objective(params, rest, batch, key)
             loss = jax.lax.pmean(loss, DATA_AXIS)
             metrics = jax.lax.pmean(metrics, DATA_AXIS)
