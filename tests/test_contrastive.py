@@ -261,3 +261,81 @@ def test_shuffled_batch_norm_on_four_devices_uses_per_device_statistics():
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     global_bn = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5)
     assert not np.allclose(y, global_bn, atol=1e-2)
+
+
+class _TinyEncoder:
+    """conv -> split batch norm -> relu -> mean pool -> linear(8) -> L2 normalise."""
+
+    def __new__(cls, rngs):
+        from flax import nnx
+
+        from ebm_jax.models import SplitBatchNorm
+
+        class Tiny(nnx.Module):
+            def __init__(self, rngs):
+                self.conv = nnx.Conv(3, 4, (3, 3), rngs=rngs)
+                self.bn = SplitBatchNorm(4, 2)
+                self.fc = nnx.Linear(4, 8, rngs=rngs)
+
+            def __call__(self, x):
+                h = jax.nn.relu(self.bn(self.conv(x))).mean(axis=(1, 2))
+                return normalise(self.fc(h))
+
+        return Tiny(rngs)
+
+
+def test_moco_step_order_ema_queue_and_frozen_key_encoder():
+    import optax
+    from flax import nnx
+
+    from ebm_jax.contrastive import QUERY_PARAMS, MoCo, make_moco_loss
+    from ebm_jax.data.augment import moco_v2_augment
+    from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
+
+    m, batch, size = 0.9, 4, 12
+    model = MoCo(_TinyEncoder, queue_size=12, dim=8, rngs=nnx.Rngs(0))
+    opt = optax.sgd(0.5, momentum=0.9)
+    graphdef, state = create_train_state(model, opt, jax.random.key(0), trainable=QUERY_PARAMS)
+    leaves = lambda tree: [np.asarray(a) for a in jax.tree.leaves(tree)]  # noqa: E731
+    # the optimizer sees the query encoder only: conv, bn and fc kernels/biases
+    assert len(leaves(state.params)) == 6 and set(state.params.keys()) == {"query"}
+    loss_fn = make_moco_loss(momentum=m, temperature=0.2, augment=moco_v2_augment,
+                             image_size=size, shuffle="batch")
+    step = make_train_step(graphdef, loss_fn, opt, make_mesh(1), trainable=QUERY_PARAMS,
+                           donate=False)
+    images = jnp.asarray(RNG.uniform(size=(batch, 16, 16, 3)), jnp.float32)
+    s0 = replicate(state, make_mesh(1))
+    s1, m1 = step(s0, images)
+    s2, m2 = step(s1, images)
+    key_of = lambda s: nnx.state(nnx.merge(graphdef, s.params, s.rest).key_encoder,  # noqa
+                                 nnx.Param)
+    query_of = lambda s: nnx.state(nnx.merge(graphdef, s.params, s.rest).query,  # noqa
+                                   nnx.Param)
+    # the key encoder starts as a copy; step 1 sets it to m k0 + (1-m) q0 = q0, step 2 to
+    # m q0 + (1-m) q1: the EMA comes first and uses the query before its update
+    for k1, q0 in zip(leaves(key_of(s1)), leaves(query_of(s0))):
+        np.testing.assert_allclose(k1, q0, rtol=1e-6)
+    for k2, q0, q1 in zip(leaves(key_of(s2)), leaves(query_of(s0)), leaves(query_of(s1))):
+        np.testing.assert_allclose(k2, m * q0 + (1 - m) * q1, rtol=1e-5, atol=1e-7)
+    assert any(not np.allclose(a, b) for a, b in zip(leaves(query_of(s0)),
+                                                       leaves(query_of(s1))))
+    # keys enter the queue after use, pointer advances by the batch and wraps
+    mo = [nnx.merge(graphdef, s.params, s.rest) for s in (s0, s1, s2)]
+    assert [int(x.pointer[...]) for x in mo] == [0, 4, 8]
+    q0, q2 = np.asarray(mo[0].queue[...]), np.asarray(mo[2].queue[...])
+    assert not np.allclose(q0[:8], q2[:8]) and np.array_equal(q0[8:], q2[8:])
+    np.testing.assert_allclose(np.linalg.norm(q2, axis=1), 1.0, rtol=1e-5)
+    assert np.isfinite(float(m1["loss"])) and 0.0 <= float(m2["accuracy"]) <= 1.0
+
+
+def test_moco_bad_settings():
+    from ebm_jax.contrastive import make_moco_loss
+    from ebm_jax.data.augment import moco_v1_augment
+
+    kw = dict(augment=moco_v1_augment, image_size=8)
+    with pytest.raises(ValueError, match="momentum must be in"):
+        make_moco_loss(momentum=1.2, temperature=0.1, **kw)
+    with pytest.raises(ValueError, match="temperature"):
+        make_moco_loss(momentum=0.9, temperature=0.0, **kw)
+    with pytest.raises(ValueError, match="shuffle must be one of"):
+        make_moco_loss(momentum=0.9, temperature=0.1, shuffle="global", **kw)

@@ -12,7 +12,15 @@ from ebm_jax.contrastive.instdisc import (
     update_memory_bank,
 )
 from ebm_jax.contrastive.knn import knn_accuracy, knn_predict
-from ebm_jax.contrastive.moco import check_queue_size, ema_update, enqueue, init_queue
+from ebm_jax.contrastive.moco import (
+    QUERY_PARAMS,
+    MoCo,
+    check_queue_size,
+    ema_update,
+    enqueue,
+    init_queue,
+    make_moco_loss,
+)
 from ebm_jax.contrastive.shuffle_bn import (
     SplitBatchNorm,
     shuffle_across_devices,
@@ -20,6 +28,9 @@ from ebm_jax.contrastive.shuffle_bn import (
 )
 
 __all__ = [
+    "QUERY_PARAMS",
+    "MoCo",
+    "make_moco_loss",
     "SplitBatchNorm",
     "check_queue_size",
     "ema_update",

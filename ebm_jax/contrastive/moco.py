@@ -8,8 +8,11 @@ new keys (after they were used) and advance the pointer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from ebm_jax.contrastive.instdisc import normalise
 from ebm_jax.energy import checks
@@ -49,3 +52,90 @@ def ema_update(key_params, query_params, momentum: float):
     if not 0.0 <= m <= 1.0:
         raise ValueError(f"momentum must be in [0, 1], got {momentum}")
     return jax.tree.map(lambda k, q: m * k + (1.0 - m) * q, key_params, query_params)
+
+
+# --------------------------------------------------------------------------- MoCo model
+
+
+class QueueVar(nnx.Variable):
+    """Non-trainable MoCo state: the queue and its pointer."""
+
+
+QUERY_PARAMS = nnx.All(nnx.Param, nnx.PathContains("query"))
+"""The `trainable` filter of a MoCo train state: only the query encoder's Params (the
+key encoder is moved by `ema_update`, never by the optimizer)."""
+
+
+class MoCo(nnx.Module):
+    """Query encoder, key encoder (starting as a copy of it) and the (K, D) queue."""
+
+    def __init__(self, make_encoder: Callable[[nnx.Rngs], nnx.Module], *, queue_size: int,
+                 dim: int, rngs: nnx.Rngs):
+        self.query = make_encoder(rngs)
+        self.key_encoder = make_encoder(rngs)
+        nnx.update(self.key_encoder, nnx.state(self.query))
+        queue, pointer = init_queue(rngs.params(), queue_size, dim)
+        self.queue = QueueVar(queue)
+        self.pointer = QueueVar(pointer)
+
+
+SHUFFLES = ("batch", "devices", "none")
+
+
+def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
+                   image_size: int, shuffle: str = "batch") -> Callable:
+    """`loss_fn(model: MoCo, images, key) -> (loss, metrics)` for `ebm_jax.train`, one
+    MoCo step in the order of REFERENCE.md sec. 3:
+
+    1. key encoder <- m * key + (1 - m) * query (parameters only);
+    2. two augmented views per image, queries from the query encoder, keys from the key
+       encoder with shuffled batch norm, no gradient through the keys;
+    3. InfoNCE on [q.k+, q.queue] / T (label 0);
+    4. the keys enter the queue after use and the pointer advances.
+
+    shuffle: "batch" permutes the batch before the key encoder and restores the order
+    after (for `SplitBatchNorm` encoders on one device); "devices" shuffles across
+    devices (train step with `per_device=True, fold_device_key=False`; the global keys
+    are gathered before they are enqueued); "none" is the no-shuffle ablation.
+    """
+    if not 0.0 <= float(momentum) <= 1.0:
+        raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+    checks.positive("temperature", temperature)
+    if shuffle not in SHUFFLES:
+        raise ValueError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
+    from ebm_jax.contrastive.infonce import infonce_logits
+    from ebm_jax.contrastive.shuffle_bn import (
+        shuffle_across_devices,
+        unshuffle_across_devices,
+    )
+    from ebm_jax.data.augment import augment_batch
+    from ebm_jax.train.step import DATA_AXIS
+
+    def loss_fn(model: MoCo, images, key):
+        k_q, k_k, k_perm = jax.random.split(key, 3)
+        query_params = jax.lax.stop_gradient(nnx.state(model.query, nnx.Param))
+        key_params = nnx.state(model.key_encoder, nnx.Param)
+        nnx.update(model.key_encoder, ema_update(key_params, query_params, momentum))
+
+        x_q = augment_batch(augment, k_q, images, size=image_size)
+        x_k = augment_batch(augment, k_k, images, size=image_size)
+        q = model.query(x_q)
+        if shuffle == "devices":
+            shuffled, perm = shuffle_across_devices(x_k, k_perm, DATA_AXIS)
+            k = unshuffle_across_devices(model.key_encoder(shuffled), perm, DATA_AXIS)
+        elif shuffle == "batch":
+            perm = jax.random.permutation(k_perm, x_k.shape[0])
+            k = model.key_encoder(x_k[perm])[jnp.argsort(perm)]
+        else:
+            k = model.key_encoder(x_k)
+        k = jax.lax.stop_gradient(k)
+
+        queue = model.queue[...]
+        logits = infonce_logits(q, k, queue, temperature)
+        loss = jnp.mean(jax.nn.logsumexp(logits, axis=1) - logits[:, 0])
+        accuracy = jnp.mean(jnp.argmax(logits, axis=1) == 0)
+        new_keys = jax.lax.all_gather(k, DATA_AXIS, tiled=True) if shuffle == "devices" else k
+        model.queue[...], model.pointer[...] = enqueue(queue, model.pointer[...], new_keys)
+        return loss, {"accuracy": accuracy}
+
+    return loss_fn

@@ -2,7 +2,8 @@
 
     state = TrainState(params, rest, opt_state, step, key)
 
-- `params`: the model's `nnx.Param` variables (an `nnx.State`), what the optimizer updates;
+- `params`: the model's trainable variables (an `nnx.State`; by default every
+  `nnx.Param`, or what the `trainable` filter selects), what the optimizer updates;
 - `rest`: every other model variable (batch-norm statistics, momentum-encoder weights,
   queues, ...), updated by the model itself in the forward pass;
 - `opt_state`: the optax state of `params`;
@@ -43,13 +44,17 @@ class TrainState:
 
 
 def create_train_state(
-    model: nnx.Module, optimizer: optax.GradientTransformation, key: jax.Array
+    model: nnx.Module, optimizer: optax.GradientTransformation, key: jax.Array,
+    trainable=nnx.Param,
 ) -> tuple[nnx.GraphDef, TrainState]:
     """Splits `model` into (graphdef, TrainState) with a fresh optimizer state.
 
     `key` is a typed key (`jax.random.key(seed)`); it is stored as its raw key data.
+    `trainable` is an NNX filter of what the optimizer updates (default every Param;
+    MoCo passes the query encoder's Params only, so that its momentum encoder, also made
+    of Params, is left to the EMA). Give `make_train_step` the same filter.
     """
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    graphdef, params, rest = nnx.split(model, trainable, ...)
     return graphdef, init_train_state(params, rest, optimizer, key)
 
 

@@ -144,13 +144,15 @@ def make_train_step(
     donate: bool = True,
     stacked: bool | None = None,
     fold_device_key: bool = True,
+    trainable=nnx.Param,
 ) -> TrainStep:
     """Builds the jitted step; see the module docstring. `stacked` (default:
     steps_per_call > 1) says whether batches carry the leading steps axis; pass True to
     keep that axis when a call may hold a single step. With `per_device`,
     `fold_device_key=False` hands every device the same step key (for randomness that
     must agree across devices, such as the global permutation of shuffled batch norm;
-    fold in `lax.axis_index(DATA_AXIS)` by hand where draws must differ)."""
+    fold in `lax.axis_index(DATA_AXIS)` by hand where draws must differ). `trainable`
+    is the filter given to `create_train_state`."""
     if int(steps_per_call) < 1:
         raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
     stacked = steps_per_call > 1 if stacked is None else bool(stacked)
@@ -158,9 +160,10 @@ def make_train_step(
         raise ValueError("stacked=False needs steps_per_call=1")
 
     def objective(params, rest, batch, key):
-        model = nnx.merge(graphdef, params, rest)
+        # copy: fresh Variables at this trace level, so that the loss may mutate them
+        model = nnx.merge(graphdef, params, rest, copy=True)
         loss, metrics = _split_loss_output(loss_fn(model, batch, key))
-        _, _, new_rest = nnx.split(model, nnx.Param, ...)
+        _, _, new_rest = nnx.split(model, trainable, ...)
         return loss, (metrics, new_rest)
 
     if per_device:
