@@ -339,3 +339,31 @@ def test_moco_bad_settings():
         make_moco_loss(momentum=0.9, temperature=0.0, **kw)
     with pytest.raises(ValueError, match="shuffle must be one of"):
         make_moco_loss(momentum=0.9, temperature=0.1, shuffle="global", **kw)
+
+
+def test_instdisc_step_fixes_z_after_the_first_batch_and_writes_the_bank():
+    import optax
+    from flax import nnx
+
+    from ebm_jax.contrastive import ENCODER_PARAMS, InstDisc, make_instdisc_loss
+    from ebm_jax.train import create_train_state, make_mesh, make_train_step
+
+    model = InstDisc(_TinyEncoder(nnx.Rngs(0)), num_items=20, dim=8, rngs=nnx.Rngs(1))
+    opt = optax.sgd(0.1)
+    graphdef, state = create_train_state(model, opt, jax.random.key(0),
+                                         trainable=ENCODER_PARAMS)
+    assert set(state.params.keys()) == {"encoder"}
+    step = make_train_step(graphdef, make_instdisc_loss(num_noise=6, temperature=0.1), opt,
+                           make_mesh(1), trainable=ENCODER_PARAMS, donate=False)
+    images = jnp.asarray(RNG.uniform(size=(4, 8, 8, 3)), jnp.float32)
+    idx = jnp.array([3, 7, 11, 19])
+    s1, m1 = step(state, (images, idx))
+    s2, m2 = step(s1, (images, jnp.array([0, 1, 2, 3])))
+    assert np.isnan(float(nnx.merge(graphdef, state.params, state.rest).log_z[...]))
+    assert np.isfinite(float(m1["log_z"])) and float(m2["log_z"]) == float(m1["log_z"])
+    b0, b1 = (np.asarray(nnx.merge(graphdef, s.params, s.rest).bank[...]) for s in (state, s1))
+    changed = np.where(np.any(b0 != b1, axis=1))[0]
+    assert changed.tolist() == [3, 7, 11, 19]
+    np.testing.assert_allclose(np.linalg.norm(b1, axis=1), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        make_instdisc_loss(kind="full")

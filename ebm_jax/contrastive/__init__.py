@@ -3,6 +3,9 @@ InstDisc memory bank and NCE loss, MoCo's queue and momentum encoder."""
 
 from ebm_jax.contrastive.infonce import infonce_logits, infonce_loss
 from ebm_jax.contrastive.instdisc import (
+    ENCODER_PARAMS,
+    InstDisc,
+    make_instdisc_loss,
     estimate_log_z,
     init_memory_bank,
     instdisc_nce_loss,
@@ -28,6 +31,9 @@ from ebm_jax.contrastive.shuffle_bn import (
 )
 
 __all__ = [
+    "ENCODER_PARAMS",
+    "InstDisc",
+    "make_instdisc_loss",
     "QUERY_PARAMS",
     "MoCo",
     "make_moco_loss",

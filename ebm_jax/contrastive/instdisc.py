@@ -16,6 +16,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.scipy.special import logsumexp
 
 from ebm_jax.energy import checks
@@ -83,3 +84,61 @@ def instdisc_softmax_loss(features, bank, indices, temperature: float) -> jax.Ar
     logits = features @ jax.lax.stop_gradient(bank).T / t  # (B, n)
     own = jnp.take_along_axis(logits, indices[:, None], axis=1)[:, 0]
     return jnp.mean(logsumexp(logits, axis=1) - own)
+
+
+# --------------------------------------------------------------------------- the model
+
+
+class BankVar(nnx.Variable):
+    """Non-trainable InstDisc state: the memory bank and the stored log Z."""
+
+
+ENCODER_PARAMS = nnx.All(nnx.Param, nnx.PathContains("encoder"))
+
+
+class InstDisc(nnx.Module):
+    """An encoder, the (n, D) memory bank and log Z (NaN until the first batch)."""
+
+    def __init__(self, encoder: nnx.Module, *, num_items: int, dim: int, rngs: nnx.Rngs):
+        self.encoder = encoder
+        self.bank = BankVar(init_memory_bank(rngs.params(), num_items, dim))
+        self.log_z = BankVar(jnp.full((), jnp.nan, jnp.float32))
+
+
+LOSS_KINDS = ("nce", "softmax")
+
+
+def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
+                       augment=None, image_size: int | None = None, kind: str = "nce",
+                       bank_momentum: float = 0.5):
+    """`loss_fn(model: InstDisc, (images, indices), key) -> (loss, metrics)`: encode one
+    augmented view, the NCE loss against the bank with `num_noise` uniform noise
+    indices per example (Z fixed after the first batch), or the full softmax; then
+    write the features into the bank (after use)."""
+    checks.positive("temperature", temperature)
+    m = checks.int_at_least("num_noise", num_noise, 1)
+    if kind not in LOSS_KINDS:
+        raise ValueError(f"kind must be one of {LOSS_KINDS}, got {kind!r}")
+    if not 0.0 <= bank_momentum <= 1.0:
+        raise ValueError(f"bank_momentum must be in [0, 1], got {bank_momentum}")
+    from ebm_jax.data.augment import augment_batch
+
+    def loss_fn(model: InstDisc, batch, key):
+        images, indices = batch
+        k_aug, k_noise = jax.random.split(key)
+        x = images if augment is None else augment_batch(augment, k_aug, images,
+                                                         size=image_size)
+        f = model.encoder(x)
+        bank = model.bank[...]
+        if kind == "nce":
+            noise = jax.random.randint(k_noise, (indices.shape[0], m), 0, bank.shape[0])
+            log_z = resolve_log_z(model.log_z[...],
+                                  estimate_log_z(f, bank, indices, noise, temperature))
+            loss = instdisc_nce_loss(f, bank, indices, noise, temperature, log_z)
+            model.log_z[...] = log_z
+        else:
+            loss = instdisc_softmax_loss(f, bank, indices, temperature)
+        model.bank[...] = update_memory_bank(bank, indices, f, bank_momentum)
+        return loss, {"log_z": model.log_z[...]}
+
+    return loss_fn
