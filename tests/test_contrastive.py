@@ -367,3 +367,29 @@ def test_instdisc_step_fixes_z_after_the_first_batch_and_writes_the_bank():
     np.testing.assert_allclose(np.linalg.norm(b1, axis=1), 1.0, rtol=1e-5)
     with pytest.raises(ValueError, match="kind must be one of"):
         make_instdisc_loss(kind="full")
+
+
+def test_linear_evaluation_trains_only_the_classifier():
+    from flax import nnx
+
+    from ebm_jax.contrastive.linear_eval import (
+        classifier_accuracy,
+        extract_features,
+        train_linear_classifier,
+    )
+
+    enc = _TinyEncoder(nnx.Rngs(0))
+    before = [np.asarray(a) for a in jax.tree.leaves(nnx.state(enc))]
+    images = jnp.asarray(RNG.uniform(size=(40, 8, 8, 3)), jnp.float32)
+    feats = extract_features(enc, images, batch_size=16, use_head=True)
+    assert feats.shape == (40, 8)
+    after = [np.asarray(a) for a in jax.tree.leaves(nnx.state(enc))]
+    assert all(np.array_equal(a, b) for a, b in zip(before, after))  # weights and stats
+    # a linearly separable toy problem is learned
+    x = RNG.normal(size=(200, 5)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int32) + 2 * (x[:, 2] > 1).astype(np.int32)
+    w, b, hist = train_linear_classifier(x, y, 4, key=jax.random.key(0), epochs=30,
+                                         batch_size=50)
+    assert hist[-1] < hist[0] and classifier_accuracy(w, b, x, y) > 0.9
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 2\)"):
+        train_linear_classifier(x, y, 2, key=jax.random.key(0))
