@@ -76,8 +76,7 @@ def _setup(method: str, dataset: int, num_samples: int):
     name, hp = r1d.method_hyperparameters(method, dataset, profile, num_samples)
     loss = make_loss(name, **hp)
     graphdef, params = r1d.init_ensemble(jax.random.key(0), 1)
-    energy = r1d.energy_fn(graphdef)
-    return name, hp, loss, energy, params
+    return name, hp, loss, graphdef, params
 
 
 def _flops(compiled) -> float:
@@ -89,7 +88,8 @@ def _flops(compiled) -> float:
 
 def step_flops(method: str, dataset: int, num_samples: int, batch: int = 32) -> float:
     """FLOPs of one train step (loss, gradient and Adam update) of one model."""
-    name, hp, _, energy, params = _setup(method, dataset, num_samples)
+    name, hp, _, graphdef, params = _setup(method, dataset, num_samples)
+    energy = r1d.energy_fn(graphdef)
     params = jax.tree.map(lambda a: a[0], params)
     optimizer = optax.adam(1e-3)
     opt_state = optimizer.init(params)
@@ -129,8 +129,7 @@ def time_method(method: str, dataset: int, num_samples: int, steps: int,
     """Wall seconds per epoch of one model (epoch = 63 steps of batch 32), through the
     same jitted epoch (`ebm_jax.train` step scanning an epoch) that `ebm-jax
     regression1d` trains with."""
-    _, _, loss, _, params = _setup(method, dataset, num_samples)
-    graphdef, _ = r1d.init_ensemble(jax.random.key(0), 1)
+    _, _, loss, graphdef, params = _setup(method, dataset, num_samples)
     single, _, rest = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.adam(1e-3)
     num_train = 2000 if steps >= STEPS_PER_EPOCH else steps * 32

@@ -212,8 +212,8 @@ def train_ensemble(
     directory that is removed afterwards.
 
     Returns (graphdef, params stacked over models, the last epoch's loss averaged over
-    steps and models, seconds per epoch per model (median epoch), seconds of the first epoch beyond the
-    median (compilation)).
+    steps and models, seconds per epoch per model (median epoch), seconds of the first
+    epoch beyond the median (compilation)).
     """
     x = jnp.asarray(checks.finite_array("x", x), jnp.float32)
     y = jnp.asarray(checks.finite_array("y", y), jnp.float32)

@@ -147,9 +147,7 @@ class StageCheckpoints:
         """(state, meta) of `step` (default: the latest), restored into `target`: a
         state of the right structure, or its `abstract_like`, whose shardings are used."""
         step = self._resolve(step)
-        abstract = jax.tree.map(
-            lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else abstract_like(x), target
-        )
+        abstract = abstract_like(target)  # also keeps ShapeDtypeStructs as they are
         try:
             stored = self._manager.item_metadata(step)["state"]
         except Exception as e:  # noqa: BLE001
