@@ -3,6 +3,8 @@
     ebm-jax regression1d                     # quick Table 1 (about 5 min, 2 CPU cores)
     ebm-jax regression1d --profile paper     # the paper's protocol, 20 models x 75 epochs
     ebm-jax regression1d --sweep-m           # Figure 2: D_KL against M
+    ebm-jax moco                             # MoCo on digits + ablations (~10 min)
+    ebm-jax instdisc                         # InstDisc (memory bank + NCE) on digits
     ebm-jax plot-metrics runs/regression1d   # loss curves of a run to PNG
 """
 
@@ -270,6 +272,108 @@ def _plot_densities(out: Path, best_scores, datasets, grid: int) -> None:
         plt.close(fig)
 
 
+def _contrastive_parser(sub, name: str) -> None:
+    from ebm_jax.experiments.contrastive import ABLATIONS
+
+    what = {"moco": "MoCo (queue, momentum encoder, shuffled BN)",
+            "instdisc": "InstDisc (memory bank + NCE)"}[name]
+    p = sub.add_parser(
+        name, help=f"{what}: pretrain, then linear evaluation",
+        description=f"Pretrains {what} and, for comparison, a supervised encoder of the "
+        "same size, then evaluates each frozen encoder (and a randomly initialised one) "
+        "with a linear classifier and a kNN monitor. Each run is a pretraining stage and "
+        "a linear-evaluation stage of one run directory; rerunning resumes.")
+    p.add_argument("--profile", choices=["quick", "cifar"], default="quick",
+                   help="quick: digits, small ResNet-18, ~10 min on 2 CPU cores with every "
+                   "ablation; cifar: MoCo's single-device CIFAR-10 recipe (needs "
+                   "--data-root and a GPU)")
+    p.add_argument("--data", choices=["embedded", "digits", "opencv-digits", "cifar10",
+                                      "folder"], default=None,
+                   help="dataset (default: the profile's; embedded = OpenCV's digits when "
+                   "Debian's opencv-doc is installed, else scikit-learn's)")
+    p.add_argument("--data-root", default=None,
+                   help="local path of cifar10 (cifar-10-batches-py) or of an image "
+                   "folder (train/<class>/*, val/<class>/*); nothing is downloaded")
+    default_ablations = list(ABLATIONS) if name == "moco" else []
+    p.add_argument("--ablations", nargs="*", choices=list(ABLATIONS),
+                   default=default_ablations,
+                   help=f"ablation tables (default: {' '.join(default_ablations) or 'none'})")
+    p.add_argument("--epochs", type=_positive_int("--epochs"), default=None)
+    p.add_argument("--batch-size", type=_positive_int("--batch-size"), default=None)
+    p.add_argument("--width", type=_positive_int("--width"), default=None,
+                   help="ResNet base width (64 in the published nets)")
+    p.add_argument("--image-size", type=_positive_int("--image-size"), default=None)
+    p.add_argument("--queue-size", type=_positive_int("--queue-size"), default=None)
+    p.add_argument("--momentum", type=float, default=None,
+                   help="MoCo key-encoder momentum m in [0, 1]")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--plot", choices=["tsne", "pca", "none"], default="tsne",
+                   help="2-D embedding of the test features (default tsne)")
+    p.add_argument("--out", type=Path, default=Path("results") / name)
+    p.add_argument("--run-dir", type=Path, default=None,
+                   help="checkpoints and records (default runs/contrastive/<profile>; "
+                   "shared by `moco` and `instdisc`, whose baselines then train once)")
+    p.add_argument("--restart", action="store_true",
+                   help="delete the runs' checkpoints and results and start over")
+    p.add_argument("--devices", type=_positive_int("--devices"), default=None,
+                   help="data-parallel devices (default 1; MoCo then shuffles batch norm "
+                   "across devices instead of across groups of the batch)")
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-host: call jax.distributed.initialize() first")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_run_contrastive, experiment=name)
+
+
+def _run_contrastive(args) -> int:
+    name = args.experiment
+    from ebm_jax.train import (
+        CheckpointError,
+        ConfigMismatchError,
+        initialize_distributed,
+        is_main_process,
+        make_mesh,
+    )
+
+    initialize_distributed(args.distributed)
+    import jax
+
+    from ebm_jax.experiments import contrastive as c
+
+    try:
+        overrides = {k: v for k, v in (
+            ("epochs", args.epochs), ("batch_size", args.batch_size), ("width", args.width),
+            ("image_size", args.image_size), ("queue_size", args.queue_size),
+            ("momentum", args.momentum), ("temperature", args.temperature)) if v is not None}
+        if args.momentum is not None and not 0.0 <= args.momentum <= 1.0:
+            raise ValueError(f"--momentum must be in [0, 1], got {args.momentum}")
+        if args.temperature is not None and not args.temperature > 0:
+            raise ValueError(f"--temperature must be > 0, got {args.temperature}")
+        profile = dataclasses.replace(c.PROFILES[args.profile], **overrides)
+        if args.out.exists() and not args.out.is_dir():
+            raise ValueError(f"--out must be a directory, got the file {args.out}")
+        devices = args.devices or (len(jax.devices()) if args.distributed else 1)
+        mesh = make_mesh(devices)
+        data = c.load_data(profile, data=args.data, data_root=args.data_root,
+                           seed=args.seed)
+        c.plan(name, profile, args.ablations)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"ebm-jax {name}: error: {e}", file=sys.stderr)
+        return 2
+    run_dir = args.run_dir or Path("runs/contrastive") / args.profile
+    try:
+        payload = c.run_experiment(
+            name, profile, data, run_dir=run_dir, out=args.out, mesh=mesh,
+            ablations=args.ablations, seed=args.seed, restart=args.restart,
+            progress=not args.no_progress, plot=args.plot, writer=is_main_process())
+    except (ValueError, CheckpointError, ConfigMismatchError) as e:
+        print(f"ebm-jax {name}: error: {e}", file=sys.stderr)
+        return 2
+    print(c.report_markdown(payload["tables"], profile, payload))
+    print(f"wrote {args.out / (name + '.json')} and {args.out / (name + '.md')}")
+    return 0
+
+
 def _plot_metrics_parser(sub) -> None:
     p = sub.add_parser("plot-metrics", help="draw the loss curves of a run to PNG")
     p.add_argument("run_dir", metavar="RUN_DIR",
@@ -295,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ebm-jax", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     _regression1d_parser(sub)
+    _contrastive_parser(sub, "moco")
+    _contrastive_parser(sub, "instdisc")
     _plot_metrics_parser(sub)
     return parser
 

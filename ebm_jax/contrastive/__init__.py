@@ -1,6 +1,7 @@
 """Contrastive representation learning (seed 002) as pure functions: InfoNCE, the
 InstDisc memory bank and NCE loss, MoCo's queue and momentum encoder."""
 
+from ebm_jax.contrastive.end_to_end import Siamese, end_to_end_loss, make_end_to_end_loss
 from ebm_jax.contrastive.infonce import infonce_logits, infonce_loss
 from ebm_jax.contrastive.instdisc import (
     ENCODER_PARAMS,
@@ -37,7 +38,10 @@ __all__ = [
     "QUERY_PARAMS",
     "MoCo",
     "make_moco_loss",
+    "Siamese",
     "SplitBatchNorm",
+    "end_to_end_loss",
+    "make_end_to_end_loss",
     "check_queue_size",
     "ema_update",
     "enqueue",

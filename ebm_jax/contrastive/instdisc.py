@@ -105,7 +105,7 @@ class InstDisc(nnx.Module):
         self.log_z = BankVar(jnp.full((), jnp.nan, jnp.float32))
 
 
-LOSS_KINDS = ("nce", "softmax")
+LOSS_KINDS = ("nce", "softmax", "infonce")
 
 
 def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
@@ -113,8 +113,10 @@ def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
                        bank_momentum: float = 0.5):
     """`loss_fn(model: InstDisc, (images, indices), key) -> (loss, metrics)`: encode one
     augmented view, the NCE loss against the bank with `num_noise` uniform noise
-    indices per example (Z fixed after the first batch), or the full softmax; then
-    write the features into the bank (after use)."""
+    indices per example (Z fixed after the first batch), the full softmax, or
+    ("infonce") InfoNCE over the own bank entry and `num_noise` sampled ones (the
+    memory-bank mechanism of MoCo's ablation); then write the features into the bank
+    (after use)."""
     checks.positive("temperature", temperature)
     m = checks.int_at_least("num_noise", num_noise, 1)
     if kind not in LOSS_KINDS:
@@ -136,6 +138,10 @@ def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
                                   estimate_log_z(f, bank, indices, noise, temperature))
             loss = instdisc_nce_loss(f, bank, indices, noise, temperature, log_z)
             model.log_z[...] = log_z
+        elif kind == "infonce":
+            noise = jax.random.randint(k_noise, (indices.shape[0], m), 0, bank.shape[0])
+            logits = _scores(f, bank, indices, noise, temperature)
+            loss = jnp.mean(logsumexp(logits, axis=1) - logits[:, 0])
         else:
             loss = instdisc_softmax_loss(f, bank, indices, temperature)
         model.bank[...] = update_memory_bank(bank, indices, f, bank_momentum)

@@ -73,7 +73,9 @@ class MoCo(nnx.Module):
                  dim: int, rngs: nnx.Rngs):
         self.query = make_encoder(rngs)
         self.key_encoder = make_encoder(rngs)
-        nnx.update(self.key_encoder, nnx.state(self.query))
+        # a copy, not shared buffers: the train step donates the state, and XLA refuses
+        # to donate one buffer twice
+        nnx.update(self.key_encoder, jax.tree.map(jnp.copy, nnx.state(self.query)))
         queue, pointer = init_queue(rngs.params(), queue_size, dim)
         self.queue = QueueVar(queue)
         self.pointer = QueueVar(pointer)

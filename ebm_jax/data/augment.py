@@ -174,6 +174,40 @@ def moco_v2_augment(key, image, size: int) -> jax.Array:
     return horizontal_flip(k5, x)
 
 
+def cifar_augment(key, image, size: int) -> jax.Array:
+    """The single-device CIFAR recipe of MoCo's reference notebook: resized crop
+    (0.2-1), colour jitter (0.4, 0.4, 0.4, 0.1, p 0.8), grayscale (p 0.2), flip."""
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    x = random_resized_crop(k1, image, size)
+    x = color_jitter(k2, x, 0.4, 0.4, 0.4, 0.1 if x.shape[-1] == 3 else 0.0, p=0.8)
+    x = random_grayscale(k3, x, 0.2)
+    return horizontal_flip(k4, x)
+
+
+def digits_augment(key, image, size: int) -> jax.Array:
+    """For handwritten digits (one channel): resized crop (0.3-1; a digit survives it),
+    brightness and contrast jitter (0.4, p 0.8), Gaussian blur (sigma 0.1-1 pixel, p
+    0.5) and no flip (a mirrored digit is another symbol)."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    x = random_resized_crop(k1, image, size, scale=(0.3, 1.0))
+    x = color_jitter(k2, x, 0.4, 0.4, 0.0, 0.0, p=0.8)
+    return gaussian_blur(k3, x, (0.1, 1.0), p=0.5, kernel_fraction=0.25)
+
+
+AUGMENTATIONS = {
+    "moco-v1": moco_v1_augment,
+    "moco-v2": moco_v2_augment,
+    "cifar": cifar_augment,
+    "digits": digits_augment,
+}
+
+
+def get_augment(name: str) -> Callable:
+    if name not in AUGMENTATIONS:
+        raise ValueError(f"augmentation must be one of {sorted(AUGMENTATIONS)}, got {name!r}")
+    return AUGMENTATIONS[name]
+
+
 def augment_batch(augment: Callable, key, images, **kwargs) -> jax.Array:
     """Applies `augment(key_i, image_i, **kwargs)` to a batch (N, H, W, C), one key per
     example (`split(key, N)`)."""

@@ -7,6 +7,8 @@
   otherwise the ImageNet 7x7 stride-2 stem with a 3x3 max-pool.
 - head "linear" (MoCo v1: fc to 128-d), "mlp" (MoCo v2: fc-ReLU-fc, hidden = feature
   width), or None (the pooled backbone features, e.g. for linear evaluation).
+- `width`: channels of the stem and first stage (64 in the published nets; stages
+  double it); smaller widths make the CPU profiles affordable.
 - `num_splits > 1` uses `SplitBatchNorm` (the single-device shuffle-BN substitute).
 - `features(x)` returns the pooled backbone features (512 or 2048), unnormalised.
 
@@ -85,28 +87,30 @@ class Bottleneck(nnx.Module):
 class ResNetEncoder(nnx.Module):
     def __init__(self, arch: str = "resnet18", *, in_channels: int = 3,
                  small_images: bool = False, head: str | None = "linear", dim: int = 128,
-                 num_splits: int = 1, rngs: nnx.Rngs):
+                 num_splits: int = 1, width: int = 64, rngs: nnx.Rngs):
         if arch not in ARCHS:
             raise ValueError(f"arch must be one of {sorted(ARCHS)}, got {arch!r}")
         if head not in ("linear", "mlp", None):
             raise ValueError(f"head must be 'linear', 'mlp' or None, got {head!r}")
-        if in_channels < 1 or dim < 1 or num_splits < 1:
-            raise ValueError("in_channels, dim and num_splits must be >= 1, got "
-                             f"{in_channels}, {dim}, {num_splits}")
+        for name, value in (("in_channels", in_channels), ("dim", dim),
+                            ("num_splits", num_splits), ("width", width)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         kind, layers = ARCHS[arch]
         block = BasicBlock if kind == "basic" else Bottleneck
         norm = _norm_factory(num_splits)
         self.arch, self.in_channels, self.small_images = arch, in_channels, small_images
+        self.width = width
         k, s = (3, 1) if small_images else (7, 2)
-        self.stem = _conv(in_channels, 64, k, s, rngs)
-        self.stem_bn = norm(64, rngs)
-        blocks, c = [], 64
+        self.stem = _conv(in_channels, width, k, s, rngs)
+        self.stem_bn = norm(width, rngs)
+        blocks, c = [], width
         for stage, n in enumerate(layers):
-            width = 64 * 2**stage
+            stage_width = width * 2**stage
             for i in range(n):
                 stride = 2 if (stage > 0 and i == 0) else 1
-                blocks.append(block(c, width, stride, norm, rngs))
-                c = width * block.expansion
+                blocks.append(block(c, stage_width, stride, norm, rngs))
+                c = stage_width * block.expansion
         self.blocks = nnx.List(blocks)
         self.feature_dim = c
         self.head_kind = head

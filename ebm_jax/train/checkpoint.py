@@ -185,9 +185,14 @@ class StageCheckpoints:
         )
 
 
-def load_stage_params(run_dir: str | os.PathLike, stage: str, target):
+def load_stage_params(run_dir: str | os.PathLike, stage: str, target, *,
+                      field: str = "params"):
     """The final `params` of an earlier stage of the same run, restored into `target`
-    (the params of a freshly built model, or their `abstract_like`)."""
+    (the params of a freshly built model, or their `abstract_like`). `field="rest"`
+    loads the non-trainable state instead (batch statistics, queues). A target of
+    another architecture raises `CheckpointError` naming the first differing leaf."""
+    if field not in ("params", "rest"):
+        raise ValueError(f"field must be 'params' or 'rest', got {field!r}")
     stage_dir = Path(run_dir) / stage
     ckpt = StageCheckpoints(stage_dir, save_every=1, asynchronous=False)
     try:
@@ -198,20 +203,20 @@ def load_stage_params(run_dir: str | os.PathLike, stage: str, target):
         item_dir = ckpt.directory / str(step) / "state"
         with ocp.PyTreeCheckpointer() as reader:
             try:
-                stored = reader.metadata(item_dir).item_metadata.tree["params"]
+                stored = reader.metadata(item_dir).item_metadata.tree[field]
             except Exception as e:  # noqa: BLE001
                 raise ckpt._unreadable(step, e) from e
             _check_against_metadata(ckpt.directory, step, abstract, stored)
             try:
                 out = reader.restore(item_dir, args=ocp.args.PyTreeRestore(
-                    item={"params": abstract},
-                    restore_args={"params": jax.tree.map(
+                    item={field: abstract},
+                    restore_args={field: jax.tree.map(
                         lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding), abstract)},
                     partial_restore=True,
                 ))
             except Exception as e:  # noqa: BLE001
                 raise ckpt._unreadable(step, e) from e
-        return out["params"]
+        return out[field]
     finally:
         ckpt.close()
 

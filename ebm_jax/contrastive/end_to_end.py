@@ -1,0 +1,49 @@
+"""The end-to-end mechanism of MoCo's ablation (seed 002, Fig. 3): one encoder for
+queries and keys, gradients through both, and the dictionary is the current batch's
+keys only (its size is tied to the batch size).
+
+    logits[i, j] = q_i . k_j / T,    loss = cross-entropy with target j = i
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.scipy.special import logsumexp
+
+from ebm_jax.energy import checks
+
+
+class Siamese(nnx.Module):
+    """One encoder used for both views."""
+
+    def __init__(self, encoder: nnx.Module):
+        self.encoder = encoder
+
+
+def end_to_end_loss(q: jax.Array, k: jax.Array, temperature: float) -> jax.Array:
+    """InfoNCE with the batch as dictionary: the positive of q_i is k_i, the negatives
+    are the other B - 1 keys."""
+    t = checks.positive("temperature", temperature)
+    logits = q @ k.T / t
+    return jnp.mean(logsumexp(logits, axis=1) - jnp.diagonal(logits))
+
+
+def make_end_to_end_loss(*, temperature: float, augment: Callable,
+                         image_size: int) -> Callable:
+    """`loss_fn(model: Siamese, images, key) -> (loss, metrics)` for `ebm_jax.train`."""
+    checks.positive("temperature", temperature)
+    from ebm_jax.data.augment import augment_batch
+
+    def loss_fn(model: Siamese, images, key):
+        k_q, k_k = jax.random.split(key)
+        q = model.encoder(augment_batch(augment, k_q, images, size=image_size))
+        k = model.encoder(augment_batch(augment, k_k, images, size=image_size))
+        loss = end_to_end_loss(q, k, temperature)
+        accuracy = jnp.mean(jnp.argmax(q @ k.T, axis=1) == jnp.arange(q.shape[0]))
+        return loss, {"accuracy": accuracy}
+
+    return loss_fn

@@ -1,0 +1,243 @@
+"""Labelled image datasets for the contrastive experiments, read from disk or from data
+an installed package ships; nothing is downloaded.
+
+Every loader returns an `ImageData`: float32 images (N, H, W, C) in [0, 1] and int32
+labels in [0, num_classes), split into train and test.
+
+- `load_digits(size)`: scikit-learn's 1797 handwritten digits (8x8, 10 classes),
+  upscaled bilinearly; a fixed stratified 75/25 split.
+- `load_opencv_digits(path, size)`: the 5000 digits (20x20) of OpenCV's sample image
+  `digits.png` (Debian's opencv-doc: /usr/share/doc/opencv-doc/examples/data/digits.png),
+  used by `load_embedded` when present; 80/20 split.
+- `load_cifar10(root)`: CIFAR-10's python batches (`cifar-10-batches-py/`) from a local
+  path.
+- `load_image_folder(root, size)`: an ImageNet-style folder, `root/train/<class>/*` and
+  `root/val/<class>/*` (PNG or JPEG), resized to size x size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+OPENCV_DIGITS = Path("/usr/share/doc/opencv-doc/examples/data/digits.png")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageData:
+    name: str
+    train_images: np.ndarray
+    train_labels: np.ndarray
+    test_images: np.ndarray
+    test_labels: np.ndarray
+    num_classes: int
+    class_names: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for split in ("train", "test"):
+            images = getattr(self, f"{split}_images")
+            labels = getattr(self, f"{split}_labels")
+            check_images(images, name=f"{self.name} {split}_images")
+            check_labels(labels, self.num_classes, name=f"{self.name} {split}_labels")
+            if len(images) != len(labels):
+                raise ValueError(f"{self.name}: {len(images)} {split} images but "
+                                 f"{len(labels)} labels")
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_images.shape[1:])
+
+    def subset(self, num_train: int | None = None, num_test: int | None = None):
+        """The first examples of each split (the splits are already shuffled)."""
+        return dataclasses.replace(
+            self,
+            train_images=self.train_images[:num_train],
+            train_labels=self.train_labels[:num_train],
+            test_images=self.test_images[:num_test],
+            test_labels=self.test_labels[:num_test],
+        )
+
+
+def check_images(images, *, channels: int | None = None, name: str = "images") -> None:
+    """images: (N, H, W, C) with C in {1, 3} (or `channels`), N >= 1, finite values in
+    [0, 1]."""
+    shape = np.shape(images)
+    if len(shape) != 4:
+        raise ValueError(f"{name} must have shape (N, H, W, C), got shape {shape}")
+    allowed = (1, 3) if channels is None else (channels,)
+    if shape[-1] not in allowed:
+        raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} channels "
+                         f"(last axis), got shape {shape}")
+    if shape[0] < 1:
+        raise ValueError(f"{name} is empty")
+    a = np.asarray(images)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise ValueError(f"{name} must be floating point in [0, 1], got dtype {a.dtype}")
+    lo, hi = float(np.min(a)), float(np.max(a))
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo < 0.0 or hi > 1.0:
+        raise ValueError(f"{name} values must be finite and in [0, 1], got range "
+                         f"[{lo}, {hi}]")
+
+
+def check_labels(labels, num_classes: int, *, name: str = "labels") -> None:
+    """labels: 1-D integers in [0, num_classes)."""
+    a = np.asarray(labels)
+    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"{name} must be a 1-D integer array, got shape {a.shape} "
+                         f"dtype {a.dtype}")
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= num_classes):
+        raise ValueError(f"{name} must be in [0, {num_classes}), got range "
+                         f"[{int(a.min())}, {int(a.max())}]")
+
+
+def resize(images: np.ndarray, size: int) -> np.ndarray:
+    """Bilinear (antialiased when shrinking) resize of (N, H, W, C) to (N, size, size, C),
+    clipped back to [0, 1] (the interpolation can overshoot by rounding only)."""
+    import jax
+    import jax.numpy as jnp
+
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    n, h, w, c = images.shape
+    if (h, w) == (size, size):
+        return images.astype(np.float32)
+    out = jax.jit(lambda x: jax.image.resize(x, (x.shape[0], size, size, c), "linear"))(
+        jnp.asarray(images, jnp.float32))
+    return np.clip(np.asarray(out), 0.0, 1.0)
+
+
+def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int):
+    rng = np.random.default_rng(seed)
+    train, test = [], []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = int(round(test_fraction * len(idx)))
+        test.append(idx[:k])
+        train.append(idx[k:])
+    return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(test))
+
+
+def _split(name, images, labels, num_classes, test_fraction, seed, class_names=()):
+    tr, te = _stratified_split(labels, test_fraction, seed)
+    return ImageData(name, images[tr], labels[tr].astype(np.int32), images[te],
+                     labels[te].astype(np.int32), num_classes, tuple(class_names))
+
+
+def load_digits(size: int = 16, *, seed: int = 0) -> ImageData:
+    """scikit-learn's digits (8x8, values 0-16), scaled to [0, 1] and resized."""
+    from sklearn.datasets import load_digits as sk_digits
+
+    d = sk_digits()
+    images = (d.images / 16.0).astype(np.float32)[..., None]
+    return _split("digits", resize(images, size), d.target, 10, 0.25, seed,
+                  [str(i) for i in range(10)])
+
+
+def load_opencv_digits(path: str | os.PathLike = OPENCV_DIGITS, size: int = 16, *,
+                       seed: int = 0) -> ImageData:
+    """OpenCV's digits.png: a 50 x 100 grid of 20x20 digits, 500 per class in rows of
+    five (rows 0-4 are zeros, 5-9 ones, ...)."""
+    import matplotlib.image as mpimg
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"OpenCV digits image not found: {path}")
+    sheet = np.asarray(mpimg.imread(path), np.float32)
+    if sheet.ndim == 3:
+        sheet = sheet[..., :3].mean(-1)
+    if sheet.max() > 1.0:
+        sheet = sheet / 255.0
+    if sheet.shape != (1000, 2000):
+        raise ValueError(f"{path}: expected a 1000 x 2000 grid of 20x20 digits, got "
+                         f"shape {sheet.shape}")
+    cells = sheet.reshape(50, 20, 100, 20).transpose(0, 2, 1, 3).reshape(5000, 20, 20, 1)
+    labels = np.repeat(np.arange(10), 500)
+    return _split("opencv-digits", resize(cells, size), labels, 10, 0.2, seed,
+                  [str(i) for i in range(10)])
+
+
+def load_embedded(size: int = 16, *, seed: int = 0) -> ImageData:
+    """The default real images that ship offline: OpenCV's 5000 digits when Debian's
+    opencv-doc is installed, else scikit-learn's 1797 digits."""
+    if OPENCV_DIGITS.is_file():
+        return load_opencv_digits(OPENCV_DIGITS, size, seed=seed)
+    return load_digits(size, seed=seed)
+
+
+CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
+                   "horse", "ship", "truck")
+
+
+def load_cifar10(root: str | os.PathLike) -> ImageData:
+    """CIFAR-10 from its python version (`root` is `cifar-10-batches-py` or its
+    parent): 50000 train and 10000 test images, 32x32x3."""
+    root = Path(root)
+    if (root / "cifar-10-batches-py").is_dir():
+        root = root / "cifar-10-batches-py"
+    files = [root / f"data_batch_{i}" for i in range(1, 6)] + [root / "test_batch"]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"CIFAR-10 python batches not found under {root} (missing {missing[:2]}...); "
+            "pass the folder that holds data_batch_1..5 and test_batch")
+
+    def read(paths):
+        xs, ys = [], []
+        for p in paths:
+            with open(p, "rb") as f:
+                d = pickle.load(f, encoding="bytes")
+            xs.append(np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(d[b"labels"], np.int32))
+        x = np.concatenate(xs).transpose(0, 2, 3, 1).astype(np.float32) / 255.0
+        return x, np.concatenate(ys)
+
+    xtr, ytr = read(files[:5])
+    xte, yte = read(files[5:])
+    return ImageData("cifar10", xtr, ytr, xte, yte, 10, CIFAR10_CLASSES)
+
+
+def load_image_folder(root: str | os.PathLike, size: int = 32, *,
+                      channels: int = 3) -> ImageData:
+    """`root/train/<class>/*.png|jpg` and `root/val/<class>/*` (classes: the train
+    folder's subfolders, sorted), each image resized to size x size."""
+    from PIL import Image
+
+    root = Path(root)
+    train_dir, val_dir = root / "train", root / "val"
+    for d in (train_dir, val_dir):
+        if not d.is_dir():
+            raise FileNotFoundError(f"image folder needs {d} with one subfolder per class")
+    classes = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
+    if not classes:
+        raise ValueError(f"{train_dir} has no class subfolders")
+    mode = "RGB" if channels == 3 else "L"
+
+    def read(split_dir):
+        xs, ys = [], []
+        for c, name in enumerate(classes):
+            folder = split_dir / name
+            if not folder.is_dir():
+                continue
+            for f in sorted(folder.iterdir()):
+                if f.suffix.lower() not in IMAGE_SUFFIXES:
+                    continue
+                with Image.open(f) as im:
+                    im = im.convert(mode).resize((size, size), Image.BILINEAR)
+                    a = np.asarray(im, np.float32) / 255.0
+                xs.append(a.reshape(size, size, channels))
+                ys.append(c)
+        if not xs:
+            raise ValueError(f"{split_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
+        return np.stack(xs), np.asarray(ys, np.int32)
+
+    xtr, ytr = read(train_dir)
+    xte, yte = read(val_dir)
+    rng = np.random.default_rng(0)
+    p, q = rng.permutation(len(xtr)), rng.permutation(len(xte))
+    return ImageData(root.name, xtr[p], ytr[p], xte[q], yte[q], len(classes),
+                     tuple(classes))
