@@ -514,7 +514,8 @@ def plot_embeddings(features: dict[str, np.ndarray], labels: np.ndarray, path: P
         ax.set_xticks([])
         ax.set_yticks([])
     fig.colorbar(sc, ax=list(axes), shrink=0.8, label="class")
-    fig.suptitle(f"{method.upper()} of frozen test features")
+    title = {"tsne": "t-SNE", "pca": "PCA"}[method]
+    fig.suptitle(f"{title} of frozen test features")
     atomic_savefig(fig, path)
     plt.close(fig)
     return method
