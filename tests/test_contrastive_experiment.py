@@ -298,3 +298,16 @@ def test_moco_pretrain_shuffles_batch_norm_across_devices(tmp_path, tiny_data):
     assert np.isfinite(pre["final_loss"])
     ev = c.linear_eval(spec, TINY, tiny_data, run_dir=tmp_path, num_devices=2)
     assert 0.0 <= ev["linear_accuracy"] <= 1.0
+
+
+def test_throughput_benchmark_times_a_step():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_contrastive", Path(__file__).parents[1] / "benchmarks" / "contrastive.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = bench.fake_data(TINY, 1, 64)
+    row = bench.time_method(c.default_spec("instdisc", TINY), TINY, data, steps=2)
+    assert row["images_per_second"] > 0 and row["steps_per_call"] == 1

@@ -355,16 +355,16 @@ def pretrain(spec: RunSpec, profile: Profile, data: image_data.ImageData, *,
             return images[idx], labels[idx]
         return images[idx]
 
-    t0 = time.perf_counter()
     fit(stage_dir, state, step, batches, num_steps=num_steps,
         config=_config(spec, profile, data, seed, num_devices),
         save_every=steps_per_epoch * max(1, profile.epochs // 5), keep=2,
         log_every=steps_per_epoch, restart=restart, progress=progress,
         description=spec.name, global_batches=True)
-    seconds = time.perf_counter() - t0
-    rates = [r["steps_per_second"] for r in read_metrics(stage_dir)
-             if "steps_per_second" in r][1:]  # the first interval includes compilation
-    losses = [r["loss"] for r in read_metrics(stage_dir) if "loss" in r]
+    # figures from the records, so that a resumed or finished stage reports the same
+    records = [r for r in read_metrics(stage_dir) if "steps_per_second" in r]
+    seconds = sum(steps_per_epoch / r["steps_per_second"] for r in records)
+    rates = [r["steps_per_second"] for r in records][1:]  # the first includes compiling
+    losses = [r["loss"] for r in records]
     if losses and not math.isfinite(losses[-1]):
         raise FloatingPointError(f"{spec.name}: the pretraining loss is not finite")
     return {

@@ -1,0 +1,32 @@
+"""Differentiable operators for the detection energy head: precise RoI pooling and box
+utilities (seed 000, sec. 4.2)."""
+
+from ebm_jax.ops.boxes import (
+    box_iou,
+    decode_relative,
+    encode_relative,
+    guided_nms,
+    xywh_to_xyxy,
+    xyxy_to_xywh,
+)
+from ebm_jax.ops.prroi_pool import (
+    bin_weights,
+    check_boxes,
+    fpn_levels,
+    prroi_pool,
+    prroi_pool_fpn,
+)
+
+__all__ = [
+    "bin_weights",
+    "box_iou",
+    "check_boxes",
+    "decode_relative",
+    "encode_relative",
+    "fpn_levels",
+    "guided_nms",
+    "prroi_pool",
+    "prroi_pool_fpn",
+    "xywh_to_xyxy",
+    "xyxy_to_xywh",
+]

@@ -1,0 +1,178 @@
+"""PrRoIPool against a numerical integral, its box gradient and continuity; box
+utilities and guided NMS on hand-computed cases."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ebm_jax.ops import (
+    box_iou,
+    decode_relative,
+    encode_relative,
+    fpn_levels,
+    guided_nms,
+    prroi_pool,
+    prroi_pool_fpn,
+    xywh_to_xyxy,
+    xyxy_to_xywh,
+)
+
+RNG = np.random.default_rng(0)
+FEATURES = RNG.normal(size=(6, 7, 2)).astype(np.float32)
+
+
+def bilinear(features, y, x):
+    """f(y, x) = sum_ij F[i, j] k(y - i) k(x - j), zero outside the map (NumPy)."""
+    h, w, _ = features.shape
+    ky = np.maximum(0.0, 1.0 - np.abs(y[..., None] - np.arange(h)))  # (..., H)
+    kx = np.maximum(0.0, 1.0 - np.abs(x[..., None] - np.arange(w)))  # (..., W)
+    return np.einsum("...h,hwc,...w->...c", ky, features.astype(np.float64), kx)
+
+
+def numeric_pool(features, box, p, scale=1.0, offset=0.5, n=300):
+    """Midpoint rule on an n x n grid inside each bin."""
+    x0, y0, x1, y1 = np.asarray(box, np.float64) * scale - offset
+    out = np.zeros((p, p, features.shape[2]))
+    for a in range(p):
+        ya, yb = y0 + (y1 - y0) * a / p, y0 + (y1 - y0) * (a + 1) / p
+        ys = ya + (np.arange(n) + 0.5) / n * (yb - ya)
+        for b in range(p):
+            xa, xb = x0 + (x1 - x0) * b / p, x0 + (x1 - x0) * (b + 1) / p
+            xs = xa + (np.arange(n) + 0.5) / n * (xb - xa)
+            yy, xx = np.meshgrid(ys, xs, indexing="ij")
+            out[a, b] = bilinear(features, yy, xx).mean(axis=(0, 1))
+    return out
+
+
+@pytest.mark.parametrize("box", [
+    (1.3, 0.7, 5.2, 4.9),      # inside
+    (0.0, 0.0, 7.0, 6.0),      # the whole map, edges on the border
+    (-2.5, -1.0, 3.1, 2.2),    # partly outside (zero there)
+    (5.0, 3.6, 9.5, 8.0),      # partly outside on the far side
+])
+def test_prroi_pool_equals_numerical_integral(box):
+    got = np.asarray(prroi_pool(FEATURES, np.array([box], np.float32), output_size=3))[0]
+    want = numeric_pool(FEATURES, box, 3)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * np.abs(want).max())
+
+
+def test_prroi_pool_scale_and_unaligned_convention():
+    box = np.array([[4.0, 2.0, 18.0, 20.0]], np.float32)
+    got = np.asarray(prroi_pool(FEATURES, box, output_size=2, spatial_scale=0.25,
+                                aligned=False))[0]
+    want = numeric_pool(FEATURES, box[0], 2, scale=0.25, offset=0.0)
+    np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max())
+
+
+def test_prroi_pool_gradient_wrt_box_matches_finite_differences():
+    box = jnp.array([1.3, 0.9, 5.2, 4.4])
+
+    def f(b):
+        return jnp.sum(prroi_pool(FEATURES, b[None], output_size=3) * jnp.arange(1.0, 3.0))
+
+    g = np.asarray(jax.grad(f)(box))
+    eps = 1e-2
+    fd = np.array([(f(box.at[i].add(eps)) - f(box.at[i].add(-eps))) / (2 * eps)
+                   for i in range(4)])
+    np.testing.assert_allclose(g, fd, rtol=2e-2, atol=2e-3)
+    assert np.all(np.abs(g) > 1e-3)  # every edge moves the pooled values
+
+
+def test_prroi_pool_is_continuous_across_pixel_boundaries():
+    # with aligned=True, pixel centre j sits at x = j + 0.5: move x1 across 4.5
+    vals = [np.asarray(prroi_pool(FEATURES, np.array([[1.0, 1.0, x1, 4.0]], np.float32),
+                                  output_size=2))
+            for x1 in (4.5 - 1e-3, 4.5, 4.5 + 1e-3)]
+    assert np.abs(vals[0] - vals[1]).max() < 5e-3
+    assert np.abs(vals[2] - vals[1]).max() < 5e-3
+
+
+def test_prroi_pool_gradient_wrt_features_is_the_weights():
+    box = np.array([[1.3, 0.7, 5.2, 4.9]], np.float32)
+    g = jax.grad(lambda F: prroi_pool(F, box, output_size=1)[0, 0, 0, 0])(jnp.asarray(FEATURES))
+    # the bin is an average: the weights over the map sum to the covered fraction (1 inside)
+    np.testing.assert_allclose(float(jnp.sum(g[..., 0])), 1.0, rtol=1e-5)
+    assert float(jnp.sum(jnp.abs(g[..., 1]))) == 0.0
+
+
+def test_prroi_pool_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"boxes\[0\].*width or height <= 0"):
+        prroi_pool(FEATURES, np.array([[2.0, 1.0, 2.0, 3.0]]), output_size=3)
+    with pytest.raises(ValueError, match=r"boxes\[1\] has a non-finite"):
+        prroi_pool(FEATURES, np.array([[0.0, 0.0, 1.0, 1.0], [np.nan, 0, 1, 1]]),
+                   output_size=3)
+    with pytest.raises(ValueError, match="6 x 7 map is smaller than the 7 x 7 pooling grid"):
+        prroi_pool(FEATURES, np.array([[0.0, 0.0, 1.0, 1.0]]), output_size=7)
+    with pytest.raises(ValueError, match=r"shape \(N, 4\)"):
+        prroi_pool(FEATURES, np.array([0.0, 0.0, 1.0, 1.0]), output_size=3)
+
+
+def test_prroi_pool_jits_and_vmaps_over_images():
+    feats = jnp.asarray(RNG.normal(size=(3, 8, 8, 4)), jnp.float32)
+    boxes = jnp.asarray([[[0.5, 0.5, 4.0, 6.0]]] * 3, jnp.float32)
+    out = jax.jit(jax.vmap(lambda f, b: prroi_pool(f, b, output_size=2)))(feats, boxes)
+    assert out.shape == (3, 1, 2, 2, 4)
+    np.testing.assert_allclose(out[1], prroi_pool(feats[1], boxes[1], output_size=2),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_fpn_levels_and_pyramid_pooling():
+    boxes = np.array([[0, 0, 32, 32], [0, 0, 224, 224], [0, 0, 112, 112],
+                      [0, 0, 900, 900]], np.float32)
+    np.testing.assert_array_equal(fpn_levels(boxes), [0, 2, 1, 3])
+    levels = [jnp.asarray(RNG.normal(size=(256 // s, 256 // s, 3)), jnp.float32)
+              for s in (4, 8, 16, 32)]
+    box = np.array([[10.0, 20.0, 130.0, 150.0]], np.float32)  # sqrt(wh) ~ 125: P3
+    out = prroi_pool_fpn(levels, box, output_size=2)
+    want = prroi_pool(levels[1], box, output_size=2, spatial_scale=1 / 8)
+    np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------ boxes
+
+
+def test_iou_and_conversions_by_hand():
+    a = np.array([[0.0, 0.0, 10.0, 10.0]])
+    b = np.array([[5.0, 0.0, 15.0, 10.0], [20.0, 20.0, 30.0, 30.0], [0.0, 0.0, 10.0, 10.0],
+                  [2.0, 2.0, 4.0, 4.0]])
+    np.testing.assert_allclose(box_iou(a, b), [[50 / 150, 0.0, 1.0, 4 / 100]], rtol=1e-6)
+    np.testing.assert_allclose(xyxy_to_xywh(b[:1]), [[5, 0, 10, 10]])
+    np.testing.assert_allclose(xywh_to_xyxy(xyxy_to_xywh(b)), b)
+
+
+def test_relative_encoding_round_trip_and_meaning():
+    ref = np.array([10.0, 20.0, 50.0, 100.0])  # w0 = 40, h0 = 80
+    box = np.array([12.0, 18.0, 60.0, 90.0])  # centre (36, 54), size 48 x 72
+    rel = np.asarray(encode_relative(box, ref))
+    np.testing.assert_allclose(rel, [36 / 40, 54 / 80, np.log(48), np.log(72)], rtol=1e-6)
+    np.testing.assert_allclose(decode_relative(rel, ref), box, rtol=1e-5)
+
+
+def test_guided_nms_by_hand():
+    boxes = np.array([
+        [0, 0, 10, 10],     # A: f 3, score 0.5, class 0
+        [1, 0, 11, 10],     # B: IoU(A, B) = 90/110 > 0.5, f 2, score 0.9 -> A's group
+        [1, 0, 11, 10],     # C: like B but class 1: its own group
+        [20, 20, 30, 30],   # D: far away, class 0
+        [0, 0, 10, 10],     # E: padding (invalid)
+    ], np.float32)
+    f = np.array([3.0, 2.0, 1.0, 0.5, 10.0])
+    scores = np.array([0.5, 0.9, 0.3, 0.7, 1.0])
+    classes = np.array([0, 0, 1, 0, 0])
+    valid = np.array([True, True, True, True, False])
+    keep, new = guided_nms(boxes, f, scores, classes, valid)
+    np.testing.assert_array_equal(keep, [True, False, True, True, False])
+    np.testing.assert_allclose(np.asarray(new)[np.asarray(keep)], [0.9, 0.3, 0.7])
+    # guided by f, not by score: with B's f above A's, B is kept and A joins its group
+    keep2, new2 = guided_nms(boxes, np.array([2.0, 3.0, 1.0, 0.5, 0.0]), scores, classes,
+                             valid)
+    np.testing.assert_array_equal(keep2, [False, True, True, True, False])
+    assert float(new2[1]) == pytest.approx(0.9)
+    # at most 2 detections: the lowest-scored kept box (C, 0.3) goes
+    keep3, _ = guided_nms(boxes, f, scores, classes, valid, max_detections=2)
+    np.testing.assert_array_equal(keep3, [True, False, False, True, False])
+    # a chain: X suppresses Y (IoU > 0.5); Z overlaps Y but not X, so Z is kept
+    chain = np.array([[0, 0, 10, 10], [3, 0, 13, 10], [6, 0, 16, 10]], np.float32)
+    keep4, _ = guided_nms(chain, np.array([3.0, 2.0, 1.0]), np.ones(3), np.zeros(3, int))
+    np.testing.assert_array_equal(keep4, [True, False, True])
