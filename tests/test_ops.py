@@ -176,3 +176,57 @@ def test_guided_nms_by_hand():
     chain = np.array([[0, 0, 10, 10], [3, 0, 13, 10], [6, 0, 16, 10]], np.float32)
     keep4, _ = guided_nms(chain, np.array([3.0, 2.0, 1.0]), np.ones(3), np.zeros(3, int))
     np.testing.assert_array_equal(keep4, [True, False, True])
+
+
+# ------------------------------------------------------------------------ energy head
+
+from flax import nnx  # noqa: E402
+
+from ebm_jax.models.detection_head import DetectionEnergyHead, refine_boxes  # noqa: E402
+
+
+def _head_and_levels(seed=0):
+    head = DetectionEnergyHead(in_channels=4, num_classes=3, hidden=16, pool_size=3,
+                               rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    levels = [jnp.asarray(rng.normal(size=(128 // s, 128 // s, 4)), jnp.float32)
+              for s in (4, 8, 16, 32)]
+    return head, levels
+
+
+def test_energy_head_shapes_init_and_class_entry():
+    head, levels = _head_and_levels()
+    assert float(jnp.std(head.out.kernel[...])) == pytest.approx(0.001, rel=0.1)
+    assert float(jnp.abs(head.out.bias[...]).max()) == 0.0
+    boxes = np.array([[4, 4, 30, 40], [10, 12, 20, 22]], np.float32)
+    f = head(levels, boxes, np.array([1, 3]))
+    assert f.shape == (2,)
+    # f is the entry of the box's class among the classes + 1 outputs
+    f_all = [head(levels, boxes, np.array([k, k])) for k in (1, 2, 3)]
+    np.testing.assert_allclose(f[0], f_all[0][0], rtol=1e-6)
+    np.testing.assert_allclose(f[1], f_all[2][1], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"classes must be a 1-D array in \[1, 3\]"):
+        head(levels, boxes, np.array([0, 4]))
+    with pytest.raises(ValueError, match="width or height <= 0"):
+        head(levels, np.array([[4, 4, 4, 40]], np.float32), np.array([1]))
+    p = DetectionEnergyHead(rngs=nnx.Rngs(0))  # the paper's size: 12544 pooled features
+    assert p.fc1.kernel.shape == (12544, 1024) and p.out.kernel.shape == (1024, 81)
+
+
+def test_refinement_never_lowers_f_and_halves_rejected_steps():
+    head, levels = _head_and_levels(1)
+    # a head with large outputs, so that steps matter
+    head.out.kernel[...] = head.out.kernel[...] * 1000
+    boxes = np.array([[4, 4, 30, 40], [10, 12, 20, 22], [30, 2, 60, 50]], np.float32)
+    classes = np.array([1, 2, 3])
+    f0 = np.asarray(head(levels, boxes, classes))
+    for lengths in ((1e-3, 1e-3, 4e-3, 4e-3), (5.0, 5.0, 5.0, 5.0)):
+        refined, f, scale = refine_boxes(head, levels, boxes, classes,
+                                         step_length=lengths, num_steps=10)
+        assert np.all(np.asarray(f) >= f0 - 1e-5)
+        np.testing.assert_allclose(f, head(levels, refined, classes), rtol=1e-4,
+                                   atol=1e-5)
+        k = np.log(np.asarray(scale)) / np.log(0.5)  # number of rejected steps
+        np.testing.assert_allclose(k, np.round(k), atol=1e-4)
+    assert np.any(np.asarray(scale) < 1.0)  # steps of 5 in log size overshoot: halved
+    assert np.any(np.abs(np.asarray(refined) - boxes) > 1e-3)

@@ -6,11 +6,11 @@ from ebm_jax.contrastive.infonce import infonce_logits, infonce_loss
 from ebm_jax.contrastive.instdisc import (
     ENCODER_PARAMS,
     InstDisc,
-    make_instdisc_loss,
     estimate_log_z,
     init_memory_bank,
     instdisc_nce_loss,
     instdisc_softmax_loss,
+    make_instdisc_loss,
     normalise,
     resolve_log_z,
     update_memory_bank,

@@ -7,7 +7,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 
-
 class SplitBatchNorm(nnx.Module):
     """BatchNorm over the last axis whose training-mode statistics are computed
     separately on `num_splits` equal groups of the batch; the running averages take
