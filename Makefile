@@ -30,6 +30,7 @@ bench: $(STAMP)
 	bash benchmarks/run_regression1d.sh
 	$(PY) benchmarks/train_infra.py --out results/bench
 	$(PY) benchmarks/contrastive.py --out results/bench
+	$(PY) benchmarks/detection_ops.py --out results/bench
 
 clean:
 	rm -rf $(VENV) .venv-torch results .pytest_cache

@@ -230,3 +230,18 @@ def test_refinement_never_lowers_f_and_halves_rejected_steps():
         np.testing.assert_allclose(k, np.round(k), atol=1e-4)
     assert np.any(np.asarray(scale) < 1.0)  # steps of 5 in log size overshoot: halved
     assert np.any(np.abs(np.asarray(refined) - boxes) > 1e-3)
+
+
+def test_prroi_pool_equals_the_direct_per_pixel_kernel():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_detection_ops", Path(__file__).parents[1] / "benchmarks" / "detection_ops.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    boxes = np.array([[1.3, 0.7, 5.2, 4.9], [-2.5, -1.0, 3.1, 2.2], [0, 0, 7, 6]], np.float32)
+    for aligned in (True, False):
+        got = np.asarray(prroi_pool(FEATURES, boxes, output_size=3, aligned=aligned))
+        want = bench.prroi_pool_direct(FEATURES, boxes, 3, aligned=aligned)
+        np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())
