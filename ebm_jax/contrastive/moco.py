@@ -54,6 +54,19 @@ def ema_update(key_params, query_params, momentum: float):
     return jax.tree.map(lambda k, q: m * k + (1.0 - m) * q, key_params, query_params)
 
 
+def gather_replicated(x: jax.Array, axis_name: str) -> jax.Array:
+    """Inside shard_map: the devices' blocks concatenated in device order, (n * b, ...),
+    as a value that shard_map knows is replicated (a psum of zero-padded blocks;
+    `lax.all_gather`'s result is not inferred replicated, so state built from it could
+    not leave shard_map with `out_specs=P()`)."""
+    n = jax.lax.axis_size(axis_name)
+    b = x.shape[0]
+    start = jax.lax.axis_index(axis_name) * b
+    full = jnp.zeros((n * b,) + x.shape[1:], x.dtype)
+    full = jax.lax.dynamic_update_slice_in_dim(full, x, start, axis=0)
+    return jax.lax.psum(full, axis_name)
+
+
 # --------------------------------------------------------------------------- MoCo model
 
 
@@ -136,7 +149,7 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
         logits = infonce_logits(q, k, queue, temperature)
         loss = jnp.mean(jax.nn.logsumexp(logits, axis=1) - logits[:, 0])
         accuracy = jnp.mean(jnp.argmax(logits, axis=1) == 0)
-        new_keys = jax.lax.all_gather(k, DATA_AXIS, tiled=True) if shuffle == "devices" else k
+        new_keys = gather_replicated(k, DATA_AXIS) if shuffle == "devices" else k
         model.queue[...], model.pointer[...] = enqueue(queue, model.pointer[...], new_keys)
         return loss, {"accuracy": accuracy}
 

@@ -13,9 +13,10 @@ averages the gradients. The state is donated.
 `per_device=True` runs `loss_fn` under `jax.shard_map` instead, on each device's shard
 of the batch, for losses that need per-device semantics (MoCo's shuffled batch norm):
 there the key is folded with the device index, the loss and metrics are averaged over
-devices with `lax.pmean`, and any non-Param
-model state the loss changes must be made identical on every device by the loss itself
-(`lax.pmean` / `lax.all_gather` over `DATA_AXIS`).
+devices with `lax.pmean`, and so are the running batch statistics (`nnx.BatchStat`),
+which per-device batch norm leaves different on each device. Other state the loss
+changes (a queue, a pointer) must be made identical on every device by the loss itself
+(`lax.all_gather` over `DATA_AXIS`).
 
 `steps_per_call=n` scans n steps in one call over batches stacked on a leading axis of
 length n (each leaf has shape (n, global batch, ...)); metrics then come back per step.
@@ -108,6 +109,17 @@ def shard_batch(batch, mesh, *, stacked: bool = False, is_global: bool = False):
     return jax.tree.map(put, batch)
 
 
+def _device_invariant(rest):
+    """Inside shard_map: batch statistics (`nnx.BatchStat`), which per-device batch
+    norm leaves different on each device, are averaged over the devices. Any other
+    state must already be identical on every device (the loss's job)."""
+    if not isinstance(rest, nnx.State):
+        return rest
+    stats, other = nnx.split_state(rest, nnx.BatchStat, ...)
+    stats = jax.tree.map(lambda x: jax.lax.pmean(x, DATA_AXIS), stats)
+    return nnx.merge_state(stats, other)
+
+
 def _split_loss_output(out) -> tuple[jax.Array, dict]:
     if isinstance(out, tuple):
         loss, metrics = out
@@ -173,7 +185,7 @@ def make_train_step(
             loss, (metrics, new_rest) = objective(params, rest, batch, key)
             loss = jax.lax.pmean(loss, DATA_AXIS)
             metrics = jax.lax.pmean(metrics, DATA_AXIS)
-            return loss, (metrics, new_rest)
+            return loss, (metrics, _device_invariant(new_rest))
 
         objective_fn = jax.shard_map(
             local, mesh=mesh, in_specs=(P(), P(), P(DATA_AXIS), P()), out_specs=P()
