@@ -353,6 +353,10 @@ def _run_contrastive(args) -> int:
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"--out must be a directory, got the file {args.out}")
         devices = args.devices or (len(jax.devices()) if args.distributed else 1)
+        if devices > len(jax.devices()):
+            raise ValueError(f"--devices must be in [1, {len(jax.devices())}] (the devices "
+                             f"JAX sees), got {devices}; on a CPU, JAX_NUM_CPU_DEVICES=n "
+                             "gives n devices")
         mesh = make_mesh(devices)
         data = c.load_data(profile, data=args.data, data_root=args.data_root,
                            seed=args.seed)
