@@ -264,9 +264,8 @@ def make_loss(spec: RunSpec, profile: Profile, *, num_devices: int = 1) -> Calla
 
 def check_run(spec: RunSpec, profile: Profile, data: image_data.ImageData,
               num_devices: int) -> None:
-    """Every error that can be known before training starts."""
-    image_data.check_images(data.train_images, name="train_images")
-    image_data.check_labels(data.train_labels, data.num_classes, name="train_labels")
+    """Every error that can be known before training starts. (Images and labels were
+    checked when the `ImageData` was built; not scanned again for every run.)"""
     b = checks.int_at_least("batch_size", profile.batch_size, 1)
     n = len(data.train_images)
     if b > n:
