@@ -9,8 +9,8 @@ Two forms:
   device's own batch statistics; `unshuffle_across_devices` restores the order.
   (Under a plain sharded `jit` BatchNorm would see the global batch, hence shard_map.)
 - on one device: `SplitBatchNorm` (in `ebm_jax.models.norm`) normalises S groups of
-  the batch with separate statistics (the single-device CIFAR recipe, S = 8); shuffle with `jax.random.permutation`
-  before the key encoder and invert after.
+  the batch with separate statistics (the single-device CIFAR recipe, S = 8); shuffle
+  with `jax.random.permutation` before the key encoder and invert after.
 """
 
 from __future__ import annotations

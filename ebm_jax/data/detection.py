@@ -253,3 +253,115 @@ def coco_evaluate(annotations: str | Path, detections: list[dict]) -> dict:
         ev.summarize()
     return {"AP": float(ev.stats[0]), "AP50": float(ev.stats[1]),
             "AP75": float(ev.stats[2])}
+
+
+@dataclasses.dataclass
+class DetectionSet:
+    """A COCO-format detection set letterboxed to `image_size` x `image_size` network
+    inputs: each image is scaled by `scales[i]` (its longer side to image_size) and
+    padded at the bottom and right, and its boxes with it.
+
+    boxes (N, G, 4) xyxy in input pixels, classes (N, G) in [1, C] (the categories in
+    `category_ids` order), valid (N, G); images without a (non-crowd) box have no valid
+    row, which training skips. `images(idx)` reads and letterboxes images on demand
+    (all of them are kept in memory when `preload`)."""
+
+    name: str
+    annotations: Path
+    image_dir: Path
+    image_ids: list[int]
+    files: list[str]
+    scales: np.ndarray
+    boxes: np.ndarray
+    classes: np.ndarray
+    valid: np.ndarray
+    category_ids: list[int]
+    image_size: int
+    _cache: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.category_ids)
+
+    def _read(self, i: int) -> np.ndarray:
+        from PIL import Image
+
+        with Image.open(self.image_dir / self.files[i]) as im:
+            im = im.convert("RGB")
+            w, h = im.size
+            s = self.scales[i]
+            size = (max(1, round(w * s)), max(1, round(h * s)))
+            if size != (w, h):
+                im = im.resize(size, Image.BILINEAR)
+            arr = np.asarray(im, np.float32) / 255.0
+        out = np.zeros((self.image_size, self.image_size, 3), np.float32)
+        out[:arr.shape[0], :arr.shape[1]] = arr
+        return out
+
+    def images(self, idx) -> np.ndarray:
+        idx = np.asarray(idx, int)
+        if self._cache is not None:
+            return self._cache[idx]
+        return np.stack([self._read(int(i)) for i in idx])
+
+    def preload(self) -> "DetectionSet":
+        if self._cache is None:
+            self._cache = np.stack([self._read(i) for i in range(len(self))])
+        return self
+
+
+def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_size: int,
+                       name: str | None = None, preload: bool = False) -> DetectionSet:
+    """Reads a COCO-format annotation file and its image folder (nothing is
+    downloaded). Crowd annotations are left out of training; a box of width or height
+    <= 0 or with a non-finite coordinate is an error naming its annotation id."""
+    annotations, image_dir = Path(annotations), Path(image_dir)
+    if not annotations.is_file():
+        raise FileNotFoundError(f"annotation file {annotations} does not exist")
+    if not image_dir.is_dir():
+        raise FileNotFoundError(f"image folder {image_dir} does not exist")
+    if int(image_size) != image_size or image_size < 16:
+        raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
+    gt = json.loads(annotations.read_text())
+    for key in ("images", "annotations", "categories"):
+        if key not in gt:
+            raise ValueError(f"{annotations} is not COCO format: no {key!r} entry")
+    cats = sorted(c["id"] for c in gt["categories"])
+    cat_index = {c: i + 1 for i, c in enumerate(cats)}
+    images = sorted(gt["images"], key=lambda im: im["id"])
+    row = {im["id"]: i for i, im in enumerate(images)}
+    per_image: list[list] = [[] for _ in images]
+    for ann in gt["annotations"]:
+        box = np.asarray(ann.get("bbox"), float)
+        if box.shape != (4,) or not np.all(np.isfinite(box)):
+            raise ValueError(f"annotation {ann.get('id')}: bbox must be 4 finite numbers, "
+                             f"got {ann.get('bbox')!r}")
+        if box[2] <= 0 or box[3] <= 0:
+            raise ValueError(f"annotation {ann.get('id')}: bbox {box.tolist()} has width or "
+                             "height <= 0")
+        if ann["image_id"] not in row:
+            raise ValueError(f"annotation {ann.get('id')}: image_id {ann['image_id']} is "
+                             "not among the images")
+        if ann["category_id"] not in cat_index:
+            raise ValueError(f"annotation {ann.get('id')}: category_id "
+                             f"{ann['category_id']} is not among the categories")
+        if ann.get("iscrowd", 0):
+            continue
+        per_image[row[ann["image_id"]]].append((cat_index[ann["category_id"]], box))
+    n, g = len(images), max(1, max((len(p) for p in per_image), default=1))
+    scales = np.array([image_size / max(im["width"], im["height"]) for im in images])
+    boxes = np.zeros((n, g, 4), np.float32)
+    boxes[..., 2:] = 1.0  # padding rows: a valid-shaped dummy box, weight 0
+    classes = np.ones((n, g), np.int32)
+    valid = np.zeros((n, g), bool)
+    for i, objs in enumerate(per_image):
+        for j, (c, (x, y, w, h)) in enumerate(objs):
+            boxes[i, j] = np.array([x, y, x + w, y + h]) * scales[i]
+            classes[i, j], valid[i, j] = c, True
+    out = DetectionSet(name or annotations.stem, annotations, image_dir,
+                       [im["id"] for im in images], [im["file_name"] for im in images],
+                       scales, boxes, classes, valid, cats, int(image_size))
+    return out.preload() if preload else out

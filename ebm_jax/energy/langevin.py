@@ -38,8 +38,8 @@ def langevin_chains(
     alpha = checks.positive("step_size", step_size)
     grad = jax.vmap(jax.grad(log_density))
 
-    def step(y, l):
-        eps = jax.random.normal(jax.random.fold_in(key, l), y.shape, y.dtype)
+    def step(y, i):
+        eps = jax.random.normal(jax.random.fold_in(key, i), y.shape, y.dtype)
         y = y + (0.5 * alpha**2) * grad(y) + alpha * eps
         return y, None
 

@@ -30,13 +30,17 @@ from ebm_jax.ops.prroi_pool import _is_concrete, check_boxes, prroi_pool_fpn
 class DetectionEnergyHead(nnx.Module):
     def __init__(self, in_channels: int = 256, num_classes: int = 80, *,
                  hidden: int = 1024, pool_size: int = 7,
-                 strides: Sequence[int] = (4, 8, 16, 32), rngs: nnx.Rngs):
+                 strides: Sequence[int] = (4, 8, 16, 32), canonical_size: float = 224.0,
+                 rngs: nnx.Rngs):
         for name, value in (("in_channels", in_channels), ("num_classes", num_classes),
                             ("hidden", hidden), ("pool_size", pool_size)):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.num_classes, self.pool_size = int(num_classes), int(pool_size)
         self.strides = tuple(int(s) for s in strides)
+        if not canonical_size > 0:
+            raise ValueError(f"canonical_size must be > 0, got {canonical_size!r}")
+        self.canonical_size = float(canonical_size)
         self.fc1 = nnx.Linear(pool_size * pool_size * in_channels, hidden, rngs=rngs)
         self.fc2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, num_classes + 1, rngs=rngs,
@@ -54,7 +58,8 @@ class DetectionEnergyHead(nnx.Module):
                                  f"(0 is background), got range "
                                  f"[{c.min() if c.size else '-'}, {c.max() if c.size else '-'}]")
         pooled = prroi_pool_fpn(levels, boxes, strides=self.strides,
-                                output_size=self.pool_size)
+                                output_size=self.pool_size,
+                                canonical_size=self.canonical_size)
         h = pooled.reshape(pooled.shape[0], -1)
         h = jax.nn.relu(self.fc1(h))
         h = jax.nn.relu(self.fc2(h))

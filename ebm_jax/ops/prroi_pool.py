@@ -118,11 +118,12 @@ def fpn_levels(boxes: jax.Array, *, num_levels: int = 4, min_level: int = 2,
 
 def prroi_pool_fpn(levels: Sequence[jax.Array], boxes: jax.Array, *,
                    strides: Sequence[int] = (4, 8, 16, 32), output_size: int = 7,
-                   aligned: bool = True) -> jax.Array:
+                   aligned: bool = True, canonical_size: float = 224.0) -> jax.Array:
     """(N, P, P, C) from a feature pyramid: each box pooled on its `fpn_levels` level.
     Every level is pooled for every box (vmapped over levels) and the box's own level
     selected: static shapes for jit, at the cost of pooling 4 times (cheap next to the
-    head's first FC layer)."""
+    head's first FC layer). `canonical_size` is FPN's 224 (the box size that goes to
+    P4); smaller images use a proportionally smaller one."""
     if len(levels) != len(strides):
         raise ValueError(f"got {len(levels)} feature levels but {len(strides)} strides")
     channels = {lv.shape[-1] for lv in levels}
@@ -136,5 +137,6 @@ def prroi_pool_fpn(levels: Sequence[jax.Array], boxes: jax.Array, *,
                    aligned=aligned)
         for lv, s in zip(levels, strides)])  # (L, N, P, P, C)
     idx = fpn_levels(boxes, num_levels=len(levels),
-                     min_level=int(round(math.log2(strides[0]))))
+                     min_level=int(round(math.log2(strides[0]))),
+                     canonical_size=canonical_size)
     return jnp.take_along_axis(pooled, idx[None, :, None, None, None], axis=0)[0]
