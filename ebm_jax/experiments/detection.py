@@ -201,8 +201,10 @@ def lr_schedule(profile: Profile) -> optax.Schedule:
     steps (the paper's 40k and 50k of 60k)."""
     n, lr = profile.head_steps, profile.learning_rate
     warm = min(profile.warmup_steps, max(n - 1, 1))
+    # join_schedules hands the second schedule the steps since the warm-up ended
     steps = optax.piecewise_constant_schedule(
-        lr, {max(int(n * 2 / 3), warm + 1): 0.1, max(int(n * 5 / 6), warm + 2): 0.1})
+        lr, {max(int(n * 2 / 3), warm + 1) - warm: 0.1,
+             max(int(n * 5 / 6), warm + 2) - warm: 0.1})
     ramp = optax.linear_schedule(lr / 3, lr, warm)
     return optax.join_schedules([ramp, steps], [warm])
 
@@ -578,6 +580,7 @@ def evaluate_head(spec: HeadSpec, head, profile: Profile, data: DetectionData,
     key = {"config": config, "detections": _fingerprint(data.detections),
            "prediction": {k: getattr(profile, k) for k in (
                "refine_steps", "step_scale", "score_threshold", "max_detections")}}
+    key = json.loads(json.dumps(key))  # as stored: tuples become lists
     if path.exists() and not restart:
         cached = json.loads(path.read_text())
         if cached.get("key") == key:
@@ -662,6 +665,15 @@ def _ap(row: dict, which: str, key: str = "AP") -> str:
     return f"{100 * row[which][key]:.1f}" if which in row else "n/a"
 
 
+def _m_cell(row: dict | None, method: str) -> str:
+    if row is None:
+        return "-"
+    if not row["finite"]:
+        return "NaN"
+    cost = row["seconds_per_iteration"]
+    return _ap(row, "refined") + (f" ({cost:.3f}s)" if method == "ml-is" and cost else "")
+
+
 def report_markdown(tables: dict[str, list[dict]], meta: dict) -> str:
     p = meta["profile"]
     parts = [f"# Detection box refinement ({meta['data']['name']}, profile {p['name']})\n",
@@ -699,11 +711,8 @@ def report_markdown(tables: dict[str, list[dict]], meta: dict) -> str:
         parts.append("|---|" + "---|" * len(ms))
         for method in dict.fromkeys(r["method"] for r in rows):
             cells = {r["num_samples"]: r for r in rows if r["method"] == method}
-            parts.append(f"| {method.upper()} | " + " | ".join(
-                (_ap(cells[m], "refined") if cells[m]["finite"] else "NaN")
-                + (f" ({cells[m]['seconds_per_iteration']:.3f}s)"
-                   if method == "ml-is" and cells[m]["seconds_per_iteration"] else "")
-                for m in ms) + " |")
+            parts.append(f"| {method.upper()} | "
+                         + " | ".join(_m_cell(cells.get(m), method) for m in ms) + " |")
     if "sweep_beta" in tables:
         parts.append("\n## Figure 5: NCE+ against beta\n")
         parts.append("| run | beta | AP | AP50 | AP75 |")
