@@ -169,6 +169,7 @@ class Profile:
     learning_rate: float = 1e-2
     weight_decay: float = 1e-4
     warmup_steps: int = 30
+    grad_clip: float | None = None  # global gradient-norm limit (None: none, as the paper)
     num_samples: int = 128
     # prediction
     refine_steps: int = 10
@@ -433,7 +434,7 @@ def head_config(spec: HeadSpec, profile: Profile, data: DetectionData, seed: int
                 num_devices: int) -> dict:
     keys = ("widths", "channels", "backbone_steps", "backbone_batch", "backbone_lr",
             "hidden", "pool_size", "canonical_size", "head_steps", "boxes_per_batch",
-            "learning_rate", "weight_decay", "warmup_steps")
+            "learning_rate", "weight_decay", "warmup_steps", "grad_clip")
     return {"stage": spec.name, "spec": dataclasses.asdict(spec), "data": data_config(data),
             "profile": {k: getattr(profile, k) for k in keys}, "seed": seed,
             "devices": num_devices}
@@ -450,8 +451,10 @@ def train_head(spec: HeadSpec, profile: Profile, data: DetectionData, features: 
 
     train = data.train
     head = build_head(profile, train.num_classes, features.strides, seed)
-    opt = optax.chain(optax.add_decayed_weights(profile.weight_decay),
-                      optax.sgd(lr_schedule(profile), momentum=0.9))
+    opt = optax.chain(
+        *([optax.clip_by_global_norm(profile.grad_clip)] if profile.grad_clip else []),
+        optax.add_decayed_weights(profile.weight_decay),
+        optax.sgd(lr_schedule(profile), momentum=0.9))
     graphdef, state = create_train_state(head, opt, jax.random.key(seed))
     loss_fn = make_detection_loss(spec.method, spec.num_samples, **dict(spec.overrides))
     step = make_train_step(graphdef, loss_fn, opt, mesh)
