@@ -95,6 +95,14 @@ def test_letterboxed_coco_set(tmp_path):
     assert imgs[1, :, :40].min() == 1.0 and imgs[1, :, 40:].max() == 0.0  # at the right
 
 
+def test_a_set_without_boxes_is_an_error_before_training(tmp_path):
+    path = _coco(tmp_path, [])
+    ds = load_detection_set(path, tmp_path / "img", image_size=64)
+    assert not ds.valid.any()
+    with pytest.raises(ValueError, match="no image has a .* box to train on"):
+        d._box_index(ds)
+
+
 @pytest.mark.parametrize("bbox, message", [([1, 1, 0, 3], "width or height <= 0"),
                                            ([1, float("nan"), 2, 3], "4 finite numbers")])
 def test_bad_annotation_names_its_id(tmp_path, bbox, message):
@@ -190,3 +198,33 @@ def test_detection_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["detection", "--step-scale", "-1"])
     assert jax.device_count() >= 2
+
+
+def test_coco_root_path_runs_on_a_coco_layout(tmp_path):
+    """--coco-root/--detections: the layout of COCO (annotations/instances_<split>.json,
+    <split>/ images) with the detector's results read from a file."""
+    from ebm_jax.data.detection import generate_dataset, simulate_detections
+
+    root = tmp_path / "coco"
+    (root / "annotations").mkdir(parents=True)
+    for split, n, seed in (("train2017", 6, 1), ("val2017", 3, 2)):
+        paths = generate_dataset(tmp_path / split, num_images=n, image_size=48,
+                                 num_classes=2, max_objects=2, min_size=8, seed=seed)
+        paths.image_dir.rename(root / split)
+        paths.annotations.rename(root / "annotations" / f"instances_{split}.json")
+    dets = simulate_detections(root / "annotations" / "instances_val2017.json", seed=0)
+    (tmp_path / "dets.json").write_text(json.dumps(dets))
+    out = tmp_path / "out"
+    argv = ["detection", "--profile", "tiny", "--methods", "nce+", "--coco-root", str(root),
+            "--detections", str(tmp_path / "dets.json"), "--out", str(out), "--run-dir",
+            str(tmp_path / "runs"), "--no-progress"]
+    assert main(argv) == 0
+    payload = json.loads((out / "detection.json").read_text())
+    assert payload["data"]["name"].startswith("coco:")
+    assert payload["data"]["num_train"] == 6 and payload["data"]["num_val"] == 3
+    row = payload["tables"]["table2"][0]
+    assert row["num_boxes"] >= 1 and 0.0 <= row["refined"]["AP"] <= 1.0
+    # a detection whose category is unknown is named
+    (tmp_path / "bad.json").write_text(json.dumps([{**dets[0], "category_id": 99}]))
+    argv[argv.index(str(tmp_path / "dets.json"))] = str(tmp_path / "bad.json")
+    assert main(argv) == 2
