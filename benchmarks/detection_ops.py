@@ -109,14 +109,15 @@ def bench_refine(num_boxes: int, image_size: int = 512, repeats: int = 3) -> dic
 
 
 def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, pool: int,
-                     image_size: int, num_samples: int = 128, repeats: int = 3) -> dict:
+                     image_size: int, strides=(4, 8, 16, 32), canonical_size: float = 224.0,
+                     num_samples: int = 128, repeats: int = 3) -> dict:
     """Head training steps per second: `boxes` ground-truth boxes per step, each with
-    its image's 4 FPN levels, M = num_samples, the `ebm-jax detection` train step."""
+    its image's FPN levels, M = num_samples, the `ebm-jax detection` train step."""
     from ebm_jax.experiments.detection import make_detection_loss
     from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
 
-    head = DetectionEnergyHead(channels, 80, hidden=hidden, pool_size=pool,
-                               rngs=nnx.Rngs(0))
+    head = DetectionEnergyHead(channels, 80, hidden=hidden, pool_size=pool, strides=strides,
+                               canonical_size=canonical_size, rngs=nnx.Rngs(0))
     opt = optax.sgd(1e-3, momentum=0.9)
     graphdef, state = create_train_state(head, opt, jax.random.key(0))
     mesh = make_mesh(1)
@@ -124,7 +125,7 @@ def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, poo
     state = replicate(state, mesh)
     rng = np.random.default_rng(0)
     levels = [rng.normal(size=(boxes, image_size // s, image_size // s, channels))
-              .astype(np.float32) for s in (4, 8, 16, 32)]
+              .astype(np.float32) for s in strides]
     gt = _boxes(rng, boxes, image_size)[:, None].astype(np.float32)
     batch = (levels, gt, rng.integers(1, 81, (boxes, 1)).astype(np.int32),
              np.ones((boxes, 1), bool))
@@ -138,7 +139,7 @@ def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, poo
         jax.block_until_ready(state)
     dt = (time.perf_counter() - t0) / repeats
     return {"method": method, "boxes": boxes, "channels": channels, "hidden": hidden,
-            "pool": pool, "image": image_size, "num_samples": num_samples,
+            "pool": pool, "levels": len(strides), "image": image_size, "num_samples": num_samples,
             "steps_per_second": 1.0 / dt, "seconds_per_step": dt,
             "first_call_seconds": first}
 
@@ -153,7 +154,7 @@ def main(argv=None) -> int:
     train = [bench_train_step("nce+", boxes=16, channels=256, hidden=1024, pool=7,
                               image_size=256, repeats=2),
              bench_train_step("nce+", boxes=16, channels=32, hidden=128, pool=5,
-                              image_size=128)]
+                              image_size=128, strides=(4, 8), canonical_size=96.0)]
     device = jax.devices()[0]
     meta = {"device": f"{device.platform} ({device.device_kind})",
             "cpu": platform.processor() or platform.machine(), "jax": jax.__version__}
@@ -169,12 +170,12 @@ def main(argv=None) -> int:
               f"(4 FPN levels, 256 channels): {refine['boxes_per_second']:.0f} boxes/s, "
               f"{refine['seconds_per_image']:.2f} s per image (first call "
               f"{refine['first_call_seconds']:.1f} s)."]
-    lines += ["", "Head training (NCE+, M = 128, 16 ground-truth boxes per step, 4 FPN "
-              "levels):", "", "| head | image | steps/s | s/step | first call s |",
-              "|---|---:|---:|---:|---:|"]
+    lines += ["", "Head training (NCE+, M = 128, 16 ground-truth boxes per step):", "",
+              "| head | image | FPN levels | steps/s | s/step | first call s |",
+              "|---|---:|---:|---:|---:|---:|"]
     for r in train:
         lines.append(f"| pool {r['pool']}, {r['channels']} ch, FC {r['hidden']} | "
-                     f"{r['image']} | {r['steps_per_second']:.2f} | "
+                     f"{r['image']} | {r['levels']} | {r['steps_per_second']:.2f} | "
                      f"{r['seconds_per_step']:.3f} | {r['first_call_seconds']:.1f} |")
     write_report(args.out, "detection_ops", {**meta, "pool": pools, "refine": refine,
                                              "train": train},

@@ -245,6 +245,11 @@ def test_prroi_pool_equals_the_direct_per_pixel_kernel():
         got = np.asarray(prroi_pool(FEATURES, boxes, output_size=3, aligned=aligned))
         want = bench.prroi_pool_direct(FEATURES, boxes, 3, aligned=aligned)
         np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(want).max())
+    # the head-training benchmark runs the experiment's step (tiny sizes)
+    r = bench.bench_train_step("nce", boxes=2, channels=4, hidden=8, pool=2, image_size=64,
+                               strides=(4, 8), canonical_size=48.0, num_samples=2,
+                               repeats=1)
+    assert r["steps_per_second"] > 0 and r["levels"] == 2
 
 
 # ------------------------------------------------------------------------ head training
