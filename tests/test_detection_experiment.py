@@ -52,6 +52,17 @@ def test_head_schedule_warms_up_and_steps():
     np.testing.assert_allclose(float(lr(51)), 0.003, rtol=1e-5)
 
 
+def test_paper_profile_is_the_papers_head_and_schedule():
+    p = d.PROFILES["paper"]
+    lr = d.lr_schedule(p)
+    np.testing.assert_allclose([float(lr(s)) for s in (0, 500, 39999, 40000, 50000)],
+                               [1e-3 / 3, 1e-3, 1e-3, 1e-4, 1e-5], rtol=1e-5)
+    head = d.build_head(p, 80, (4, 8, 16, 32))
+    assert head.fc1.kernel.shape == (7 * 7 * 256, 1024)
+    assert head.out.kernel.shape == (1024, 81) and p.grad_clip is None
+    assert p.num_samples == 128 and p.refine_steps == 10
+
+
 def test_head_spec_names_drop_paper_values():
     assert d.HeadSpec.make("nce+", 128, beta=0.1) == d.HeadSpec.make("nce+", 128)
     assert d.HeadSpec.make("nce+", 128).name == "head-nce+-m128"
