@@ -274,6 +274,21 @@ def _plot_densities(out: Path, best_scores, datasets, grid: int) -> None:
         plt.close(fig)
 
 
+def _check_out_and_devices(args) -> int:
+    """Checks --out (a directory, if it exists) and --devices (at most the devices JAX
+    sees); returns the device count (default 1, all with --distributed)."""
+    import jax
+
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out must be a directory, got the file {args.out}")
+    devices = args.devices or (len(jax.devices()) if args.distributed else 1)
+    if devices > len(jax.devices()):
+        raise ValueError(f"--devices must be in [1, {len(jax.devices())}] (the devices "
+                         f"JAX sees), got {devices}; on a CPU, JAX_NUM_CPU_DEVICES=n "
+                         "gives n devices")
+    return devices
+
+
 def _contrastive_parser(sub, name: str) -> None:
     from ebm_jax.experiments.contrastive import ABLATIONS
 
@@ -338,7 +353,6 @@ def _run_contrastive(args) -> int:
     )
 
     initialize_distributed(args.distributed)
-    import jax
 
     from ebm_jax.experiments import contrastive as c
 
@@ -352,13 +366,7 @@ def _run_contrastive(args) -> int:
         if args.temperature is not None and not args.temperature > 0:
             raise ValueError(f"--temperature must be > 0, got {args.temperature}")
         profile = dataclasses.replace(c.PROFILES[args.profile], **overrides)
-        if args.out.exists() and not args.out.is_dir():
-            raise ValueError(f"--out must be a directory, got the file {args.out}")
-        devices = args.devices or (len(jax.devices()) if args.distributed else 1)
-        if devices > len(jax.devices()):
-            raise ValueError(f"--devices must be in [1, {len(jax.devices())}] (the devices "
-                             f"JAX sees), got {devices}; on a CPU, JAX_NUM_CPU_DEVICES=n "
-                             "gives n devices")
+        devices = _check_out_and_devices(args)
         mesh = make_mesh(devices)
         data = c.load_data(profile, data=args.data, data_root=args.data_root,
                            seed=args.seed)
@@ -464,7 +472,6 @@ def _run_detection(args) -> int:
     )
 
     initialize_distributed(args.distributed)
-    import jax
 
     from ebm_jax.experiments import detection as d
 
@@ -481,13 +488,7 @@ def _run_detection(args) -> int:
                 np.isfinite(args.annotation_noise) and args.annotation_noise >= 0):
             raise ValueError(f"--annotation-noise must be >= 0, got {args.annotation_noise}")
         profile = dataclasses.replace(d.PROFILES[args.profile], **overrides)
-        if args.out.exists() and not args.out.is_dir():
-            raise ValueError(f"--out must be a directory, got the file {args.out}")
-        devices = args.devices or (len(jax.devices()) if args.distributed else 1)
-        if devices > len(jax.devices()):
-            raise ValueError(f"--devices must be in [1, {len(jax.devices())}] (the devices "
-                             f"JAX sees), got {devices}; on a CPU, JAX_NUM_CPU_DEVICES=n "
-                             "gives n devices")
+        devices = _check_out_and_devices(args)
         for name, batch in (("boxes_per_batch", profile.boxes_per_batch),
                             ("backbone_batch", profile.backbone_batch)):
             if batch % devices:

@@ -209,6 +209,18 @@ def simulate_detections(annotations: str | Path, *, seed: int = 0,
     return out
 
 
+def check_xywh(bbox, where: str) -> np.ndarray:
+    """A COCO bbox (x, y, w, h) as 4 finite numbers with w, h > 0, else an error that
+    starts with `where`."""
+    box = np.asarray(bbox, float)
+    if box.shape != (4,) or not np.all(np.isfinite(box)):
+        raise ValueError(f"{where}: bbox must be 4 finite numbers (x, y, w, h), got "
+                         f"{bbox!r}")
+    if box[2] <= 0 or box[3] <= 0:
+        raise ValueError(f"{where}: bbox {box.tolist()} has width or height <= 0")
+    return box
+
+
 def check_detections(detections: list[dict], annotations: dict) -> None:
     """Clear errors for detections that the evaluation would silently mis-score."""
     image_ids = {im["id"] for im in annotations["images"]}
@@ -220,13 +232,7 @@ def check_detections(detections: list[dict], annotations: dict) -> None:
         if d.get("category_id") not in cat_ids:
             raise ValueError(f"detections[{i}]: category_id {d.get('category_id')!r} is "
                              f"not among the categories {sorted(cat_ids)}")
-        box = np.asarray(d.get("bbox"), float)
-        if box.shape != (4,) or not np.all(np.isfinite(box)):
-            raise ValueError(f"detections[{i}]: bbox must be 4 finite numbers (x, y, w, h), "
-                             f"got {d.get('bbox')!r}")
-        if box[2] <= 0 or box[3] <= 0:
-            raise ValueError(f"detections[{i}]: bbox {box.tolist()} has width or height "
-                             "<= 0")
+        check_xywh(d.get("bbox"), f"detections[{i}]")
         score = d.get("score")
         if not isinstance(score, (int, float)) or not math.isfinite(score):
             raise ValueError(f"detections[{i}]: score must be a finite number, got {score!r}")
@@ -335,13 +341,7 @@ def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_
     row = {im["id"]: i for i, im in enumerate(images)}
     per_image: list[list] = [[] for _ in images]
     for ann in gt["annotations"]:
-        box = np.asarray(ann.get("bbox"), float)
-        if box.shape != (4,) or not np.all(np.isfinite(box)):
-            raise ValueError(f"annotation {ann.get('id')}: bbox must be 4 finite numbers, "
-                             f"got {ann.get('bbox')!r}")
-        if box[2] <= 0 or box[3] <= 0:
-            raise ValueError(f"annotation {ann.get('id')}: bbox {box.tolist()} has width or "
-                             "height <= 0")
+        box = check_xywh(ann.get("bbox"), f"annotation {ann.get('id')}")
         if ann["image_id"] not in row:
             raise ValueError(f"annotation {ann.get('id')}: image_id {ann['image_id']} is "
                              "not among the images")
