@@ -334,7 +334,7 @@ def build_backbone(profile: Profile, num_classes: int, seed: int = 0):
 def train_backbone(profile: Profile, data: DetectionData, *, run_dir: Path, mesh,
                    seed: int = 0, restart: bool = False, progress: bool = True):
     """The `backbone` stage (resumes); returns the frozen FeaturePyramid."""
-    from ebm_jax.models.fpn import dense_targets
+    from ebm_jax.models.fpn import dense_loss, dense_targets
     from ebm_jax.train import create_train_state, fit, make_train_step, merge_model
 
     train = data.train
@@ -347,12 +347,9 @@ def train_backbone(profile: Profile, data: DetectionData, *, run_dir: Path, mesh
         profile.backbone_steps)
     opt = optax.adamw(schedule, weight_decay=1e-4)
     graphdef, state = create_train_state(model, opt, jax.random.key(seed))
-    from ebm_jax.models.fpn import dense_loss
-
     step = make_train_step(graphdef, dense_loss, opt, mesh)
 
-    def batches(s):
-        epoch, i = divmod(s * b, n)
+    def batches(s):  # a function of (seed, step) alone, so a resumed run sees the same
         rng = np.random.default_rng([seed, 11, s])
         idx = rng.choice(n, size=b, replace=n < b)
         imgs = train.images(idx)
