@@ -123,6 +123,19 @@ def test_bad_annotation_names_its_id(tmp_path, bbox, message):
         load_detection_set(path, tmp_path / "img", image_size=64)
 
 
+def test_features_without_the_cache_equal_the_cached_ones(tmp_path):
+    anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0}]
+    path = _coco(tmp_path, anns, sizes=((40, 20), (16, 32), (30, 30)))
+    ds = load_detection_set(path, tmp_path / "img", image_size=32)
+    backbone = FeaturePyramid(widths=(4, 8), channels=4, rngs=nnx.Rngs(0))
+    cached = d.FeatureSource(backbone, ds, batch=2)
+    direct = d.FeatureSource(backbone, ds, batch=2, cache_bytes=0)
+    assert cached.cache is not None and direct.cache is None
+    for a, b in zip(cached.levels([2, 0, 2]), direct.levels([2, 0, 2])):
+        assert a.shape == b.shape == (3,) + a.shape[1:]
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_refine_detections_maps_boxes_back_to_image_pixels(tmp_path):
     anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0}]
     path = _coco(tmp_path, anns, sizes=((40, 20),))

@@ -396,7 +396,9 @@ class FeatureSource:
         for i in tqdm(starts, desc=f"features {self.data.name}", disable=not progress,
                       leave=False):
             part = idx[i:i + self.batch]
-            pad = self.batch - len(part)  # one compiled shape
+            # padded to a power of two: a few compiled shapes, and one image (as in
+            # prediction without the cache) costs one image, not a whole batch
+            pad = min(self.batch, 1 << (len(part) - 1).bit_length()) - len(part)
             imgs = self.data.images(np.concatenate([part, np.repeat(part[-1:], pad)]))
             out = self._fn(self._state, imgs)
             chunks.append([np.asarray(lv)[:len(part)] for lv in out])
