@@ -40,6 +40,13 @@ def _positive_int(name):
     return parse
 
 
+def _launch_options(p) -> None:
+    """Options every training experiment shares: multi-host start and progress bars."""
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-host: call jax.distributed.initialize() first")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
 def _regression1d_parser(sub) -> None:
     p = sub.add_parser(
         "regression1d",
@@ -77,9 +84,7 @@ def _regression1d_parser(sub) -> None:
                    help="checkpoint every n epochs (default 5)")
     p.add_argument("--devices", type=_positive_int("--devices"), default=None,
                    help="data-parallel devices (default 1; the batch of 32 must divide)")
-    p.add_argument("--distributed", action="store_true",
-                   help="multi-host: call jax.distributed.initialize() first")
-    p.add_argument("--no-progress", action="store_true")
+    _launch_options(p)
     p.set_defaults(func=_run_regression1d)
 
 
@@ -336,9 +341,7 @@ def _contrastive_parser(sub, name: str) -> None:
     p.add_argument("--devices", type=_positive_int("--devices"), default=None,
                    help="data-parallel devices (default 1; MoCo then shuffles batch norm "
                    "across devices instead of across groups of the batch)")
-    p.add_argument("--distributed", action="store_true",
-                   help="multi-host: call jax.distributed.initialize() first")
-    p.add_argument("--no-progress", action="store_true")
+    _launch_options(p)
     p.set_defaults(func=_run_contrastive, experiment=name)
 
 
@@ -456,9 +459,7 @@ def _detection_parser(sub) -> None:
                    help="delete the stages' checkpoints and evaluations and start over")
     p.add_argument("--devices", type=_positive_int("--devices"), default=None,
                    help="data-parallel devices (default 1; must divide the batch)")
-    p.add_argument("--distributed", action="store_true",
-                   help="multi-host: call jax.distributed.initialize() first")
-    p.add_argument("--no-progress", action="store_true")
+    _launch_options(p)
     p.set_defaults(func=_run_detection)
 
 
