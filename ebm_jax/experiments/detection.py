@@ -248,6 +248,8 @@ class DetectionData:
     val: det_data.DetectionSet
     detections: list[dict]  # the detector's output on val (COCO result format)
     name: str
+    _config: dict | None = None  # data_config's cache
+    _detections_key: str | None = None  # the detections' hash, computed once
 
 
 def make_data(profile: Profile, *, root: Path, seed: int = 0, coco_root: Path | None = None,
@@ -316,9 +318,15 @@ def _fingerprint(obj) -> str:
 
 
 def data_config(data: DetectionData) -> dict:
-    return {"name": data.name, "num_train": len(data.train), "num_val": len(data.val),
-            "train_boxes": _fingerprint(data.train.boxes.round(3).tolist()),
+    """What a stage depends on in the data (computed once per DetectionData: the
+    training boxes are hashed as bytes, which stays cheap on all of COCO)."""
+    if data._config is None:
+        boxes = np.ascontiguousarray(data.train.boxes.round(3), np.float32)
+        data._config = {
+            "name": data.name, "num_train": len(data.train), "num_val": len(data.val),
+            "train_boxes": hashlib.sha256(boxes.tobytes()).hexdigest()[:16],
             "image_size": data.train.image_size, "classes": data.train.num_classes}
+    return dict(data._config)
 
 
 # -- backbone stage --------------------------------------------------------------------
@@ -581,7 +589,9 @@ def evaluate_head(spec: HeadSpec, head, profile: Profile, data: DetectionData,
     """AP / AP50 / AP75 of the initial, guided-NMS and refined boxes, cached in the
     stage's eval.json for the same config and detections."""
     path = Path(run_dir) / spec.name / "eval.json"
-    key = {"config": config, "detections": _fingerprint(data.detections),
+    if data._detections_key is None:
+        data._detections_key = _fingerprint(data.detections)
+    key = {"config": config, "detections": data._detections_key,
            "prediction": {k: getattr(profile, k) for k in (
                "refine_steps", "step_scale", "score_threshold", "max_detections")}}
     key = json.loads(json.dumps(key))  # as stored: tuples become lists
