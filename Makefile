@@ -1,32 +1,44 @@
-# `make run` and `make test` each bootstrap .venv with Python 3.12 when it is missing.
+# `make run` and `make test` each bootstrap .venv with Python 3.12 when it is missing
+# (or was made with another Python).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOG := $(VENV)/install.log
+IS_312 := import sys; sys.exit(sys.version_info < (3, 12))
 
 # Python 3.12 (or newer): the first interpreter that really runs, also behind pyenv shims.
 PYTHON ?= $(shell for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12 python3.13 python3; do \
-	  "$$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
+	  "$$p" -c '$(IS_312)' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 
-.PHONY: run test test-slow bench clean
+.PHONY: run test test-slow bench clean check-venv
+
+# A .venv of another Python (e.g. left by `make PYTHON=python3.11`) is rebuilt.
+check-venv:
+	@if [ -e $(VENV) ] && ! $(PY) -c '$(IS_312)' >/dev/null 2>&1; then \
+	  echo "$(VENV) holds $$($(PY) --version 2>&1 | head -n1 || echo 'no working Python'), not >= 3.12: rebuilding it"; \
+	  rm -rf $(VENV); fi
 
 $(STAMP): pyproject.toml
 	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 not found (set PYTHON=/path/to/python3.12)"; exit 1; fi
-	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON)"; $(PYTHON) -m venv $(VENV); fi
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	@if ! "$(PYTHON)" -c '$(IS_312)' >/dev/null 2>&1; then \
+	  echo "error: PYTHON=$(PYTHON) is $$("$(PYTHON)" --version 2>&1 | head -n1), but ebm_jax needs Python >= 3.12"; exit 1; fi
+	@if [ ! -x $(PY) ]; then echo "creating $(VENV) with $(PYTHON)"; "$(PYTHON)" -m venv $(VENV) || exit 1; fi
+	@echo "installing ebm_jax[dev] into $(VENV) (log: $(LOG))"
+	@{ $(PY) -m pip install -q --upgrade pip && $(PY) -m pip install -q -e '.[dev]'; } >$(LOG) 2>&1 || { \
+	  tail -n 25 $(LOG); echo; echo "error: installing ebm_jax into $(VENV) failed; the full log is $(LOG)"; exit 1; }
 	@touch $(STAMP)
 
-run: $(STAMP)
-	$(VENV)/bin/ebm-jax regression1d --profile quick --out results/regression1d
+run: check-venv $(STAMP)
+	$(VENV)/bin/ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick --out results/table1_toy1d/quick
 
-test: $(STAMP)
+test: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 -q
 
-test-slow: $(STAMP)
+test-slow: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 -q -m slow
 
-bench: $(STAMP)
+bench: check-venv $(STAMP)
 	bash benchmarks/run_regression1d.sh
 	$(PY) benchmarks/train_infra.py --out results/bench
 	$(PY) benchmarks/contrastive.py --out results/bench

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 ScalarFn = Callable[[jax.Array], jax.Array]
 

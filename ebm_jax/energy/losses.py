@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 from ebm_jax.energy.hessian import grad_and_hessian_trace
 from ebm_jax.energy.langevin import langevin_chains
 from ebm_jax.energy.proposals import BETA_SCALES, gaussian_mixture, isotropic_gaussian

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 Energy = Callable[[jax.Array, jax.Array], jax.Array]
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 
 @dataclasses.dataclass(frozen=True)

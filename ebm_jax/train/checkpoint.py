@@ -26,8 +26,24 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 
 CHECKPOINTS = "checkpoints"
+
+
+def _absolute(path) -> epath.Path:
+    """An absolute epath (local paths made absolute; gs:// and the like as given)."""
+    text = os.fspath(path)
+    return epath.Path(text if "://" in text else os.path.abspath(text))
+
+
+def latest_step(stage_dir) -> int | None:
+    """The newest complete checkpoint step of a stage, without opening a manager."""
+    d = epath.Path(stage_dir) / CHECKPOINTS
+    if not d.exists():
+        return None
+    steps = [int(p.name) for p in d.iterdir() if p.name.isdigit()]
+    return max(steps) if steps else None
 
 
 class CheckpointError(RuntimeError):
@@ -83,7 +99,7 @@ class StageCheckpoints:
             raise ValueError(f"save_every must be >= 1, got {save_every}")
         if int(keep) < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
-        self.directory = Path(stage_dir).absolute() / CHECKPOINTS
+        self.directory = _absolute(stage_dir) / CHECKPOINTS
         options = ocp.CheckpointManagerOptions(
             max_to_keep=int(keep),
             save_interval_steps=int(save_every),
@@ -193,7 +209,7 @@ def load_stage_params(run_dir: str | os.PathLike, stage: str, target, *,
     another architecture raises `CheckpointError` naming the first differing leaf."""
     if field not in ("params", "rest"):
         raise ValueError(f"field must be 'params' or 'rest', got {field!r}")
-    stage_dir = Path(run_dir) / stage
+    stage_dir = epath.Path(run_dir) / stage
     ckpt = StageCheckpoints(stage_dir, save_every=1, asynchronous=False)
     try:
         step = ckpt.latest_step()

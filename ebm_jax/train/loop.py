@@ -15,14 +15,13 @@
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from etils import epath
 from tqdm.auto import tqdm
 
 from ebm_jax.train.checkpoint import CHECKPOINTS, StageCheckpoints, abstract_like
@@ -41,18 +40,19 @@ def _normalise(config: dict) -> dict:
     return json.loads(json.dumps(config, sort_keys=True, default=str))
 
 
-def reset_stage(stage_dir: str | Path) -> None:
+def reset_stage(stage_dir) -> None:
     """Deletes a stage's checkpoints and records (for --restart); process 0 only."""
-    stage_dir = Path(stage_dir)
+    stage_dir = epath.Path(stage_dir)
     if not is_main_process():
         return
-    shutil.rmtree(stage_dir / CHECKPOINTS, ignore_errors=True)
+    if (stage_dir / CHECKPOINTS).exists():
+        (stage_dir / CHECKPOINTS).rmtree()
     for name in (RUN_JSON, METRICS):
         (stage_dir / name).unlink(missing_ok=True)
 
 
 def fit(
-    stage_dir: str | Path,
+    stage_dir,
     state: TrainState,
     step_fn: TrainStep,
     batches: Callable[[int], Any],
@@ -75,7 +75,7 @@ def fit(
     `steps_per_call` steps when the step scans several), or, with `global_batches`, the
     whole global batch, identical on every process.
     """
-    stage_dir = Path(stage_dir)
+    stage_dir = epath.Path(stage_dir)
     per_call = step_fn.steps_per_call
     for name, value in (("num_steps", num_steps), ("save_every", save_every),
                         ("log_every", log_every)):

@@ -15,12 +15,12 @@ import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
+from etils import epath
 
-from ebm_jax.io import atomic_write
+from ebm_jax.io import CorruptFileError, atomic_write, read_json
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -67,7 +67,7 @@ class RunRecords:
     """Writes run.json and metrics.jsonl of one stage (no-ops off process 0)."""
 
     def __init__(self, stage_dir: str | os.PathLike, *, enabled: bool | None = None):
-        self.dir = Path(stage_dir)
+        self.dir = epath.Path(stage_dir)
         self.enabled = is_main_process() if enabled is None else enabled
         self._t0 = time.perf_counter()
 
@@ -75,7 +75,10 @@ class RunRecords:
         if not self.enabled:
             return
         path = self.dir / RUN_JSON
-        info = json.loads(path.read_text()) if path.exists() else {}
+        info = read_json(path, what="run record") if path.exists() else {}
+        if not isinstance(info, dict):
+            raise CorruptFileError(f"run record {path} is not a JSON object; delete it "
+                                   "or rerun with --restart")
         if resumed_at is None or not info:
             info = {
                 "config": config,
@@ -95,8 +98,7 @@ class RunRecords:
         path = self.dir / METRICS
         if not self.enabled or not path.exists():
             return
-        keep = [ln for ln in path.read_text().splitlines()
-                if ln.strip() and json.loads(ln)["step"] <= step]
+        keep = [json.dumps(r) for r in read_metrics(self.dir) if r["step"] <= step]
         atomic_write(path, "".join(ln + "\n" for ln in keep))
 
     def log(self, step: int, metrics: dict) -> None:
@@ -105,18 +107,32 @@ class RunRecords:
         row = {"step": int(step), "time": round(time.perf_counter() - self._t0, 3)}
         row.update({k: _scalar(v) for k, v in metrics.items()})
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / METRICS, "a") as f:
+        with (self.dir / METRICS).open("a") as f:
             f.write(json.dumps(row) + "\n")
 
 
 def read_metrics(stage_dir: str | os.PathLike) -> list[dict]:
-    path = Path(stage_dir) / METRICS
+    """The rows of a stage's metrics.jsonl; a line that is not a JSON object with a
+    step (a truncated or edited file) raises CorruptFileError naming file and line."""
+    path = epath.Path(stage_dir) / METRICS
     if not path.exists():
         return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    rows = []
+    for i, ln in enumerate(path.read_text().splitlines(), 1):
+        if not ln.strip():
+            continue
+        try:
+            row = json.loads(ln)
+            int(row["step"])
+        except (ValueError, KeyError, TypeError):
+            raise CorruptFileError(
+                f"metrics file {path} is corrupt at line {i} ({ln[:60]!r}); delete that "
+                "line (or the file) or rerun with --restart") from None
+        rows.append(row)
+    return rows
 
 
-def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = None):
     """Draws every metric of every stage under `run_dir` (each a directory with a
     metrics.jsonl, or run_dir itself) against the step; writes one PNG and returns it."""
     import matplotlib
@@ -126,7 +142,7 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
 
     from ebm_jax.io import atomic_savefig
 
-    run_dir = Path(run_dir)
+    run_dir = epath.Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"RUN_DIR {run_dir} is not a directory")
     stages = sorted({p.parent for p in run_dir.rglob(METRICS)})
@@ -153,7 +169,7 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
             ax.legend(fontsize=7)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
-    out = Path(out) if out is not None else run_dir / "metrics.png"
+    out = epath.Path(out) if out is not None else run_dir / "metrics.png"
     atomic_savefig(fig, out)
     plt.close(fig)
     return out

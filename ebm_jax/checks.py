@@ -64,3 +64,60 @@ def same_batch(x_name: str, x, y_name: str, y) -> int:
             f"got {nx} and {ny}"
         )
     return nx
+
+
+# --------------------------------------------------------------------------- run inputs
+
+
+def available_memory_bytes() -> int:
+    """Physical memory of this machine (the bound a host-side array must fit in)."""
+    import os
+
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def fits_in_memory(what: str, nbytes: float, *, fraction: float = 0.8,
+                   hint: str = "") -> None:
+    """Raises ValueError, before anything is computed, when `what` needs more than
+    `fraction` of this machine's memory."""
+    limit = available_memory_bytes() * fraction
+    if not math.isfinite(nbytes) or nbytes > limit:
+        raise ValueError(f"{what} needs about {nbytes / 2**30:.1f} GiB, more than the "
+                         f"{limit / 2**30:.1f} GiB this machine can give it"
+                         + (f"; {hint}" if hint else ""))
+
+
+def existing_dir(name: str, path) -> None:
+    """`path` (a data root) must be an existing directory."""
+    from etils import epath
+
+    p = epath.Path(path)
+    if not p.exists():
+        raise ValueError(f"{name} {p} does not exist")
+    if not p.is_dir():
+        raise ValueError(f"{name} must be a directory, got the file {p}")
+
+
+def writable_dir(name: str, path) -> None:
+    """`path` must be a directory this process can create and write into: checked
+    before any training, by writing and removing a probe file."""
+    import os
+    import tempfile
+
+    from etils import epath
+
+    p = epath.Path(path)
+    if "://" in os.fspath(p):
+        return  # an object store: checked by its first write
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{name} must be a directory, got the file {p}")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=os.fspath(p), prefix=".write-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"{name} {p} is not writable ({e.strerror or e})") from None

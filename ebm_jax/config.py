@@ -1,0 +1,239 @@
+"""Experiment configs: a Python file of values, loaded by path, with typed overrides.
+
+    cfg = load_config("experiments/ebm_regression/table1_toy1d.py:quick",
+                      ["epochs=3", "methods=nce,nce+"])
+
+A config file defines `get_config(variant) -> Config`, where `Config` is a frozen
+dataclass of its recipe (`ebm_jax.recipes.*`), and `VARIANTS`, the names it accepts.
+Its docstring starts with the command that runs it. Overrides are typed from the
+dataclass fields (int, float, bool, str, tuples of those, `X | None`); the dataclass
+validates itself in `__post_init__`, so Python users and the command line get the same
+checks. Every error is a `ConfigError` naming the file, variant or field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import sys
+import types
+import typing
+from pathlib import Path
+
+CONFIG_ROOT = "experiments"
+
+
+class ConfigError(ValueError):
+    """A config file, variant or override that cannot be used."""
+
+
+def split_spec(spec: str) -> tuple[Path, str | None]:
+    """"path/to/file.py[:variant]" -> (path, variant or None)."""
+    path, sep, variant = str(spec).rpartition(":")
+    if not sep or not path.endswith(".py"):
+        return Path(spec), None
+    return Path(path), variant
+
+
+def load_module(path: str | Path) -> types.ModuleType:
+    """Imports a config file by path (it need not be on sys.path)."""
+    path = Path(path)
+    if path.suffix != ".py":
+        raise ConfigError(f"CONFIG must be a .py file (path/to/file.py[:variant]), "
+                          f"got {str(path)!r}")
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist (see `ebm-jax list`)")
+    name = "ebm_jax_config_" + "_".join(path.resolve().with_suffix("").parts[-3:])
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ConfigError:
+        raise
+    except Exception as e:  # a config file with a syntax or import error
+        raise ConfigError(f"config file {path} failed to load: "
+                          f"{type(e).__name__}: {e}") from e
+    for attr in ("get_config", "VARIANTS"):
+        if not hasattr(module, attr):
+            raise ConfigError(f"config file {path} defines no {attr}")
+    return module
+
+
+def get_variant(module: types.ModuleType, variant: str | None, path="config"):
+    variants = tuple(module.VARIANTS)
+    variant = variant or variants[0]
+    if variant not in variants:
+        raise ConfigError(f"{path}: variant must be one of {list(variants)}, "
+                          f"got {variant!r}")
+    cfg = module.get_config(variant)
+    if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
+        raise ConfigError(f"{path}: get_config({variant!r}) must return a dataclass "
+                          f"instance, got {type(cfg).__name__}")
+    return cfg
+
+
+def load_config(spec: str, overrides: typing.Sequence[str] = ()):
+    """Loads "file.py[:variant]" (default: the file's first variant) and applies
+    "field=value" overrides. Returns the config dataclass."""
+    path, variant = split_spec(spec)
+    module = load_module(path)
+    cfg = get_variant(module, variant, path)
+    return apply_overrides(cfg, overrides)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def _parse_scalar(text: str, typ, field: str):
+    text = text.strip()
+    if typ is bool:
+        low = text.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"--config.{field} must be true or false, got {text!r}")
+    if typ is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"--config.{field} must be an integer, got {text!r}") from None
+    if typ is float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise ConfigError(f"--config.{field} must be a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise ConfigError(f"--config.{field} must be a finite number, got {text!r}")
+        return v
+    if typ is str:
+        return text
+    raise ConfigError(f"--config.{field} has a type ({typ}) that cannot be set from the "
+                      "command line; set it in the config file")
+
+
+def parse_value(text: str, typ, field: str):
+    """A command-line string as a value of the annotated type `typ`."""
+    origin = typing.get_origin(typ)
+    args = typing.get_args(typ)
+    if origin in (typing.Union, types.UnionType):
+        if type(None) in args and text.strip().lower() in ("none", "null", ""):
+            return None
+        rest = [a for a in args if a is not type(None)]
+        errors = []
+        for a in rest:
+            try:
+                return parse_value(text, a, field)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else
+                          f"--config.{field} got {text!r}, which is none of: "
+                          + "; ".join(errors))
+    if origin is tuple:
+        items = [t for t in text.replace("(", "").replace(")", "").split(",")
+                 if t.strip()]
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(parse_value(t, args[0], field) for t in items)
+        if len(items) != len(args):
+            raise ConfigError(f"--config.{field} needs {len(args)} comma-separated "
+                              f"values, got {text!r}")
+        return tuple(parse_value(t, a, field) for t, a in zip(items, args))
+    return _parse_scalar(text, typ, field)
+
+
+def apply_overrides(cfg, overrides: typing.Sequence[str]):
+    """`dataclasses.replace(cfg, ...)` from "field=value" strings (a leading
+    "--config." is accepted); the dataclass's `__post_init__` validates the result."""
+    hints = typing.get_type_hints(type(cfg))
+    names = [f.name for f in dataclasses.fields(cfg) if f.init]
+    changes = {}
+    for item in overrides:
+        text = item.removeprefix("--").removeprefix("config.")
+        field, sep, value = text.partition("=")
+        field = field.strip().replace("-", "_")
+        if not sep:
+            raise ConfigError(f"override {item!r} must be --config.FIELD=VALUE")
+        if field not in names:
+            close = [n for n in names if field in n or n in field]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"--config.{field}: {type(cfg).__name__} has no field "
+                              f"{field!r}{hint}; fields: {', '.join(names)}")
+        changes[field] = parse_value(value, hints[field], field)
+    if not changes:
+        return cfg
+    try:
+        return dataclasses.replace(cfg, **changes)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from e
+
+
+# --------------------------------------------------------------------------- checks
+
+
+class Checks:
+    """Validation helpers for config `__post_init__`: each raises ConfigError naming
+    `--config.<field>` and the allowed range."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def _fail(self, field, value, allowed):
+        raise ConfigError(f"--config.{field} must be {allowed}, got {value!r}")
+
+    def int_range(self, field: str, low: int, high: int | None = None) -> None:
+        v = getattr(self.cfg, field)
+        if isinstance(v, bool) or not isinstance(v, int) or v < low or (
+                high is not None and v > high):
+            self._fail(field, v, f"an integer in [{low}, {high}]" if high is not None
+                       else f"an integer >= {low}")
+
+    def positive(self, field: str) -> None:
+        v = getattr(self.cfg, field)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                math.isfinite(v) and v > 0):
+            self._fail(field, v, "a finite number > 0")
+
+    def float_range(self, field: str, low: float, high: float, *,
+                    open_low=False, open_high=False) -> None:
+        v = getattr(self.cfg, field)
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > low if open_low else v >= low) and (
+            v < high if open_high else v <= high)
+        if not ok:
+            lo, hi = "(" if open_low else "[", ")" if open_high else "]"
+            self._fail(field, v, f"a number in {lo}{low}, {high}{hi}")
+
+    def one_of(self, field: str, allowed) -> None:
+        v = getattr(self.cfg, field)
+        if v not in allowed:
+            self._fail(field, v, f"one of {list(allowed)}")
+
+    def each_in(self, field: str, allowed) -> None:
+        v = getattr(self.cfg, field)
+        bad = [x for x in v if x not in allowed]
+        if bad or not v:
+            self._fail(field, v, f"a non-empty list drawn from {list(allowed)}")
+
+    def seed(self, field: str = "seed") -> None:
+        self.int_range(field, 0, 2**31 - 1)
+
+
+# --------------------------------------------------------------------------- listing
+
+
+def find_configs(root: str | Path = CONFIG_ROOT) -> list[Path]:
+    root = Path(root)
+    return sorted(p for p in root.rglob("*.py") if p.name != "__init__.py")
+
+
+def describe(path: Path) -> tuple[str, tuple[str, ...]]:
+    """(one-line purpose, variants) of a config file, without running its recipe."""
+    module = load_module(path)
+    doc = (module.__doc__ or "").strip().splitlines()
+    purpose = next((ln.strip() for ln in doc if ln.strip() and not
+                    ln.strip().startswith("ebm-jax ")), "")
+    return purpose, tuple(module.VARIANTS)
+

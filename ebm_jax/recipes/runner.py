@@ -1,0 +1,83 @@
+"""The one way to run an experiment config (see `ebm_jax.recipes`).
+
+    from ebm_jax.config import load_config
+    from ebm_jax.recipes import run_experiment
+    cfg = load_config("experiments/ebm_regression/table1_toy1d.py:tiny")
+    report = run_experiment(cfg, workdir="runs/demo", out="results/demo")
+
+Order: start JAX (multi-host if asked), build the mesh, check the work and output
+directories, take the lock on the work directory, check every setting of the recipe
+(all before training), run, write the results (process 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import types
+
+from ebm_jax.report import Report, check_out, write_results
+
+
+def recipe_of(cfg) -> types.ModuleType:
+    """The recipe module that defines `type(cfg)`."""
+    module = sys.modules.get(type(cfg).__module__)
+    if module is None or not all(hasattr(module, a) for a in ("check", "run")):
+        raise ValueError(f"{type(cfg).__name__} is not the Config of a recipe in "
+                         "ebm_jax.recipes (it must define check and run)")
+    return module
+
+
+def recipe_name(cfg) -> str:
+    return type(cfg).__module__.rsplit(".", 1)[-1]
+
+
+def default_workdir(cfg) -> str:
+    """`runs/<recipe>`: every config of a recipe shares its stages by default."""
+    return f"runs/{recipe_name(cfg)}"
+
+
+def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
+                   distributed: bool = False, restart: bool = False,
+                   progress: bool = True, command: str | None = None,
+                   log=print) -> Report:
+    """Runs `cfg` through its recipe; writes `<out>/results.*` when `out` is given."""
+    from ebm_jax.checks import writable_dir
+    from ebm_jax.train import initialize_distributed, make_mesh
+    from ebm_jax.train.records import versions
+    from ebm_jax.train.stages import RunContext
+
+    recipe = recipe_of(cfg)
+    initialize_distributed(distributed)
+    import jax
+
+    workdir = workdir or default_workdir(cfg)
+    available = len(jax.devices())
+    devices = devices or (available if distributed else 1)
+    if isinstance(devices, bool) or not 1 <= int(devices) <= available:
+        raise ValueError(f"--devices must be in [1, {available}] (the devices JAX sees), "
+                         f"got {devices}; on a CPU, JAX_NUM_CPU_DEVICES=n gives n devices")
+    writer = jax.process_index() == 0
+    if writer:
+        writable_dir("--workdir", workdir)
+        if out is not None:
+            check_out(out)
+    mesh = make_mesh(int(devices))
+    ctx = RunContext(workdir, mesh=mesh, seed=getattr(cfg, "seed", 0), restart=restart,
+                     progress=progress, writer=writer, log=log)
+    started = time.time()
+    with ctx:  # the lock first: checks may write (a generated dataset)
+        recipe.check(cfg, ctx)
+        report = recipe.run(cfg, ctx)
+    meta = {
+        "recipe": recipe_name(cfg), "config": dataclasses.asdict(cfg),
+        "command": command, "workdir": str(workdir), "seed": ctx.seed,
+        "devices": [str(d) for d in mesh.devices.flat],
+        "process_count": jax.process_count(), "versions": versions(),
+        "wall_seconds": round(time.time() - started, 1),
+    }
+    report.payload.setdefault("wall_seconds", meta["wall_seconds"])
+    if out is not None and writer:
+        write_results(out, report, meta, log=log)
+    return report

@@ -1,0 +1,321 @@
+"""The stage runner every recipe shares: one run context, named keys, training stages,
+cached results and a lock on the work directory.
+
+    with RunContext(workdir, mesh=make_mesh(1), seed=0) as ctx:   # takes the lock
+        stage = TrainStage("nce-d1", identity={...}, num_steps=1260, log_every=63)
+        state, figures = stage.run(ctx, state, step_fn, batches)
+        result = ctx.cached(stage, "eval", identity, lambda: evaluate(...))
+
+- Keys: `ctx.key(stage, purpose)` is `fold_in(fold_in(key(seed), h(stage)), h(purpose))`
+  with h a stable 31-bit hash of the name, so every random draw of a run is named and no
+  two purposes share a key.
+- A stage's directory is `<workdir>/<name>-<hash of its identity>`: the identity holds
+  what the stage's result depends on (settings, data fingerprint, seed), never a path,
+  so a run resumes wherever the work directory lives and however its path is spelled,
+  and two configs that differ get two stages instead of a refusal. Stages that are the
+  same in two configs (a shared backbone, a baseline) are trained once.
+- `ctx.restart` starts each stage of this run over, once per run.
+- The work directory is locked while a run uses it: a second run stops at once with a
+  message naming the holder (host, process, command, start time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+from etils import epath
+
+from ebm_jax.io import CorruptFileError, atomic_write, read_json
+
+
+def stable_hash(name: str) -> int:
+    """A 31-bit integer of `name`, the same in every process and Python session."""
+    return int.from_bytes(hashlib.sha256(str(name).encode()).digest()[:4], "big") >> 1
+
+
+def normalise(obj) -> Any:
+    """`obj` as JSON would give it back (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def identity_hash(identity: Mapping) -> str:
+    """8 hex digits of a JSON-normalised mapping."""
+    text = json.dumps(normalise(identity), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+class RunLockedError(RuntimeError):
+    """Another live run holds the work directory."""
+
+
+LOCK = ".lock"
+
+
+class RunLock:
+    """An exclusive lock file `<workdir>/.lock` (created with O_EXCL). A lock left by a
+    process of this host that no longer runs is taken over."""
+
+    def __init__(self, workdir: epath.Path):
+        self.path = epath.Path(workdir) / LOCK
+        self.held = False
+
+    def _describe(self, info: dict) -> str:
+        return (f"process {info.get('pid')} on {info.get('host')} since "
+                f"{info.get('started')} ({info.get('command', '?')})")
+
+    def acquire(self) -> None:
+        info = {"pid": os.getpid(), "host": socket.gethostname(),
+                "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "command": " ".join(sys.argv)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(os.fspath(self.path), os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                             0o666)
+            except FileExistsError:
+                try:
+                    held = json.loads(self.path.read_text())
+                except (OSError, ValueError):
+                    held = {}
+                if held and held.get("host") == info["host"] and not _alive(held.get("pid")):
+                    self.path.unlink(missing_ok=True)  # its process is gone: stale
+                    continue
+                raise RunLockedError(
+                    f"work directory {self.path.parent} is in use by "
+                    f"{self._describe(held)}; wait for that run to end, or use another "
+                    f"--workdir (if that run is dead, delete {self.path})") from None
+            with os.fdopen(fd, "w") as f:
+                json.dump(info, f)
+            self.held = True
+            return
+        raise RunLockedError(f"could not take the lock {self.path}")
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclasses.dataclass
+class RunContext:
+    """What every stage of a run shares: where it writes, the device mesh, the seed,
+    restart and progress settings, and whether this process writes (process 0)."""
+
+    workdir: Any
+    mesh: Any = None
+    seed: int = 0
+    restart: bool = False
+    progress: bool = True
+    writer: bool | None = None
+    log: Callable[[str], None] = print
+    lock: bool = True
+
+    def __post_init__(self):
+        from ebm_jax.train.step import make_mesh
+
+        self.workdir = epath.Path(self.workdir)
+        if self.mesh is None:
+            self.mesh = make_mesh(1)
+        if self.writer is None:
+            self.writer = jax.process_index() == 0
+        if isinstance(self.seed, bool) or not 0 <= int(self.seed) < 2**31:
+            raise ValueError(f"seed must be an integer in [0, {2**31 - 1}], got {self.seed}")
+        self._lock = RunLock(self.workdir)
+        self._restarted: set[str] = set()
+        self.current: tuple[str, Any] | None = None  # (stage name, stage dir) in training
+
+    # -- lifetime
+    def __enter__(self) -> RunContext:
+        global _LAST
+        if self.lock and self.writer:
+            self._lock.acquire()
+        _LAST = self
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._lock.release()
+        return False
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.mesh.devices.size)
+
+    # -- keys
+    def key(self, stage: str, purpose: str) -> jax.Array:
+        """The key of `purpose` (e.g. "init", "train", "data") in stage `stage`."""
+        root = jax.random.key(int(self.seed))
+        return jax.random.fold_in(jax.random.fold_in(root, stable_hash(stage)),
+                                  stable_hash(purpose))
+
+    def seed_of(self, stage: str, purpose: str) -> int:
+        """A NumPy seed for `purpose` of `stage` (host-side draws: batch orders)."""
+        return stable_hash(f"{self.seed}/{stage}/{purpose}")
+
+    # -- directories
+    def stage_dir(self, name: str, identity: Mapping) -> epath.Path:
+        return self.workdir / f"{name}-{identity_hash(identity)}"
+
+    def should_restart(self, stage_dir) -> bool:
+        """True the first time a stage is met in a run with `restart`."""
+        key = os.fspath(stage_dir)
+        if not self.restart or key in self._restarted:
+            return False
+        self._restarted.add(key)
+        return True
+
+    # -- cached results
+    def cached(self, stage_dir, name: str, identity: Mapping,
+               compute: Callable[[], dict]) -> dict:
+        """`compute()`, cached in `<stage_dir>/<name>.json` for the same identity (and
+        recomputed once per run with `restart`). A cache file that cannot be read is an
+        error naming it."""
+        path = epath.Path(stage_dir) / f"{name}.json"
+        key = normalise(identity)
+        fresh = self.should_restart(path)
+        if path.exists() and not fresh:
+            cached = read_json(path, what="cached result",
+                               fix="delete it (it is recomputed) or rerun with --restart")
+            if isinstance(cached, dict) and cached.get("identity") == key:
+                return cached["result"]
+        result = compute()
+        if self.writer:
+            atomic_write(path, json.dumps({"identity": key, "result": result}, indent=1)
+                         + "\n")
+        return result
+
+
+@dataclasses.dataclass(frozen=True)
+class StageFigures:
+    """What every training stage reports, read back from its metrics.jsonl (so that a
+    resumed or finished stage reports the same)."""
+
+    steps: int
+    seconds: float  # training seconds summed over the logged intervals
+    seconds_per_step: float | None  # median over logged intervals, the first excluded
+    compile_seconds: float  # the first interval beyond the median (compilation)
+    final_loss: float | None
+    finite: bool
+
+    def asdict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def stage_figures(stage_dir, num_steps: int) -> StageFigures:
+    from ebm_jax.train.records import read_metrics
+
+    rows = [r for r in read_metrics(stage_dir) if "steps_per_second" in r]
+    steps, last = [], 0
+    for r in rows:
+        steps.append(r["step"] - last)
+        last = r["step"]
+    per_step = [1.0 / r["steps_per_second"] for r in rows if r["steps_per_second"] > 0]
+    seconds = float(sum(n * s for n, s in zip(steps, per_step)))
+    median = float(np.median(per_step[1:])) if len(per_step) > 1 else (
+        per_step[0] if per_step else None)
+    compile_s = 0.0
+    if per_step and median is not None:
+        compile_s = max(0.0, steps[0] * (per_step[0] - median))
+    losses = [float(np.mean(r["loss"])) for r in rows if "loss" in r]
+    return StageFigures(
+        steps=int(num_steps), seconds=seconds, seconds_per_step=median,
+        compile_seconds=float(compile_s),
+        final_loss=losses[-1] if losses else None,
+        finite=bool(losses) and all(math.isfinite(v) for v in losses))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainStage:
+    """One training stage: `fit` in `<workdir>/<name>-<hash(identity)>`, resumed when
+    rerun. `identity` is what the result depends on (no paths)."""
+
+    name: str
+    identity: Mapping
+    num_steps: int
+    log_every: int
+    save_every: int | None = None  # default: 10 x log_every (and always at the end)
+    keep: int = 2
+    global_batches: bool = True
+
+    def dir(self, ctx: RunContext) -> epath.Path:
+        return ctx.stage_dir(self.name, self.full_identity)
+
+    @property
+    def full_identity(self) -> dict:
+        return {"stage": self.name, **dict(self.identity)}
+
+    def key(self, ctx: RunContext, purpose: str) -> jax.Array:
+        return ctx.key(self.name, purpose)
+
+    def run(self, ctx: RunContext, state, step_fn, batches: Callable[[int], Any], *,
+            on_metrics=None):
+        """Trains (or resumes) the stage; returns (state, StageFigures)."""
+        from ebm_jax.train.loop import fit
+
+        stage_dir = self.dir(ctx)
+        save_every = self.save_every or self.log_every * 10
+        ctx.current = (self.name, stage_dir)
+        state = fit(stage_dir, state, step_fn, batches, num_steps=self.num_steps,
+                    config=self.full_identity, save_every=save_every, keep=self.keep,
+                    log_every=self.log_every, restart=ctx.should_restart(stage_dir),
+                    progress=ctx.progress, description=self.name,
+                    global_batches=self.global_batches, on_metrics=on_metrics)
+        ctx.current = None
+        return state, stage_figures(stage_dir, self.num_steps)
+
+
+_LAST: RunContext | None = None
+
+
+def last_context() -> RunContext | None:
+    """The context most recently entered in this process (for the Ctrl-C message)."""
+    return _LAST
+
+
+def interrupted_message(ctx: RunContext | None) -> str:
+    """The one line printed on Ctrl-C."""
+    if ctx is None or ctx.current is None:
+        return "stopped; rerun the same command to resume"
+    name, stage_dir = ctx.current
+    from ebm_jax.train.checkpoint import latest_step
+
+    step = latest_step(stage_dir)
+    where = f"from step {step}" if step is not None else "from the start of the stage"
+    return f"stopped in stage {name}; rerun the same command to resume {where}"
+
+
+__all__ = [
+    "LOCK",
+    "CorruptFileError",
+    "RunContext",
+    "RunLock",
+    "RunLockedError",
+    "StageFigures",
+    "TrainStage",
+    "identity_hash",
+    "interrupted_message",
+    "last_context",
+    "normalise",
+    "stable_hash",
+    "stage_figures",
+]

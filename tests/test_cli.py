@@ -1,0 +1,89 @@
+"""The generic command line and the experiment config files."""
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from ebm_jax import cli
+from ebm_jax.config import find_configs, load_config, load_module
+
+ROOT = Path(__file__).parents[1]
+CONFIGS = find_configs(ROOT / "experiments")
+# every table and figure of the three existing works
+EXPECTED = {
+    "ebm_regression": {"table1_toy1d", "figure2_toy1d_m", "table2_detection",
+                       "figure3_detection_m", "figure5_detection_beta",
+                       "table3_detection_sigma"},
+    "contrastive": {"moco_linear_eval", "moco_ablation_momentum",
+                    "moco_ablation_mechanism", "moco_ablation_queue",
+                    "instdisc_linear_eval"},
+}
+
+
+def test_every_table_and_figure_has_a_config():
+    have = {(p.parent.name, p.stem) for p in CONFIGS}
+    for group, stems in EXPECTED.items():
+        assert {(group, s) for s in stems} <= have
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_config_file_loads_every_variant_and_names_its_command(path):
+    rel = path.relative_to(ROOT).as_posix()
+    module = load_module(path)
+    first = module.__doc__.strip().splitlines()[0]
+    assert first.startswith(f"ebm-jax run {rel}:"), first
+    assert first.split(":", 1)[1].split()[0] in module.VARIANTS
+    assert "tiny" in module.VARIANTS
+    for variant in module.VARIANTS:
+        cfg = load_config(f"{path}:{variant}")
+        assert hasattr(cfg, "seed")
+    # values only: no imports but its recipe's Config, never another config file
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.module.startswith("ebm_jax.recipes."), node.module
+        elif isinstance(node, ast.Import):
+            assert all(a.name in ("dataclasses",) for a in node.names)
+
+
+def test_list_shows_every_config_and_variant(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for path in CONFIGS:
+        line = next(ln for ln in out.splitlines() if path.relative_to(ROOT).as_posix() in ln)
+        assert "tiny" in line and len(line.split("]", 1)[1].strip()) > 10
+
+
+def test_errors_are_one_line(capsys, tmp_path):
+    path = CONFIGS[0] if CONFIGS else None
+    if path is None:
+        pytest.skip("no configs")
+    assert cli.main(["run", f"{path}:tiny", "--config.no_such_field=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no field 'no_such_field'" in err
+    assert cli.main(["run", str(tmp_path / "nothing.py")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["run", f"{path}:nope"]) == 2
+    assert "variant must be one of" in capsys.readouterr().err
+    assert cli.main(["list", "--config.seed=1"]) == 2
+    assert cli.main(["list", "--root", str(tmp_path)]) == 2
+    assert "no config files" in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_one_line(capsys, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "train"))
+    sys.modules.pop("toy_recipe", None)
+    cfg = tmp_path / "toy.py"
+    cfg.write_text(f'"""ebm-jax run {cfg}:die\n\nA toy."""\nfrom toy_recipe import Config\n'
+                   'VARIANTS = ("die",)\n\n\ndef get_config(v):\n'
+                   '    return Config(die_at=15)\n')
+    rc = cli.main(["run", str(cfg), "--workdir", str(tmp_path / "w"), "--out",
+                   str(tmp_path / "o"), "--no-progress"])
+    assert rc == 130
+    err = capsys.readouterr().err.strip()
+    assert err == ("ebm-jax: stopped in stage toy; rerun the same command to resume "
+                   "from step 10")
+    assert not (tmp_path / "o").exists()  # no half-written results

@@ -1,0 +1,117 @@
+"""Config loading and typed overrides (ebm_jax.config)."""
+
+import dataclasses
+
+import pytest
+
+from ebm_jax.config import Checks, ConfigError, apply_overrides, load_config, split_spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    epochs: int = 3
+    lr: float = 0.1
+    name: str = "a"
+    flag: bool = False
+    methods: tuple[str, ...] = ("nce",)
+    sigmas: tuple[float, float] = (0.1, 0.8)
+    limit: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        c = Checks(self)
+        c.int_range("epochs", 1, 100)
+        c.positive("lr")
+        c.each_in("methods", ("nce", "nce+", "ml-is"))
+        c.seed()
+
+
+def test_good_overrides_are_typed():
+    cfg = apply_overrides(Cfg(), ["epochs=7", "--config.lr=1e-3", "name=b", "flag=true",
+                                  "methods=nce,nce+", "sigmas=0.2,1.6", "limit=5"])
+    assert cfg == Cfg(7, 1e-3, "b", True, ("nce", "nce+"), (0.2, 1.6), 5)
+    assert apply_overrides(cfg, ["limit=none"]).limit is None
+    assert apply_overrides(cfg, ["flag=0"]).flag is False
+
+
+@pytest.mark.parametrize("override,match", [
+    ("epoch=3", r"no field 'epoch' \(did you mean epochs\?\)"),
+    ("epochs=three", r"--config.epochs must be an integer, got 'three'"),
+    ("epochs=2.5", r"--config.epochs must be an integer"),
+    ("lr=fast", r"--config.lr must be a number"),
+    ("lr=nan", r"--config.lr must be a finite number"),
+    ("flag=maybe", r"--config.flag must be true or false"),
+    ("sigmas=0.1", r"--config.sigmas needs 2 comma-separated values"),
+    ("limit=x", r"--config.limit must be an integer"),
+    ("epochs", r"must be --config.FIELD=VALUE"),
+])
+def test_bad_overrides_name_the_field(override, match):
+    with pytest.raises(ConfigError, match=match):
+        apply_overrides(Cfg(), [override])
+
+
+@pytest.mark.parametrize("override,match", [
+    ("epochs=0", r"--config.epochs must be an integer in \[1, 100\], got 0"),
+    ("epochs=101", r"--config.epochs must be an integer in \[1, 100\]"),
+    ("lr=-1", r"--config.lr must be a finite number > 0"),
+    ("methods=nce,sm", r"--config.methods must be a non-empty list drawn from"),
+    ("seed=-1", r"--config.seed must be an integer in \[0, 2147483647\]"),
+    ("seed=4294967296", r"--config.seed must be an integer in"),
+])
+def test_out_of_range_values_fail_in_post_init(override, match):
+    with pytest.raises(ConfigError, match=match):
+        apply_overrides(Cfg(), [override])
+    # the same check for Python users, who build the dataclass directly
+    field, value = override.split("=")
+    typed = {"epochs": int, "lr": float, "seed": int}.get(field)
+    value = typed(value) if typed else tuple(value.split(","))
+    with pytest.raises(ConfigError, match=match):
+        Cfg(**{field: value})
+
+
+CONFIG = '''"""ebm-jax run {path}:small
+
+A test config.
+"""
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class C:
+    n: int = 1
+
+
+VARIANTS = ("small", "big")
+
+
+def get_config(variant):
+    return C(n={{"small": 1, "big": 10}}[variant])
+'''
+
+
+def test_load_config_by_path_and_variant(tmp_path):
+    path = tmp_path / "exp.py"
+    path.write_text(CONFIG.format(path=path))
+    assert load_config(str(path)).n == 1  # the first variant is the default
+    assert load_config(f"{path}:big").n == 10
+    assert load_config(f"{path}:big", ["n=3"]).n == 3
+    assert split_spec(f"{path}:big") == (path, "big")
+    with pytest.raises(ConfigError, match=r"variant must be one of \['small', 'big'\], "
+                       r"got 'huge'"):
+        load_config(f"{path}:huge")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(str(tmp_path / "missing.py"))
+    with pytest.raises(ConfigError, match="must be a .py file"):
+        load_config(str(tmp_path / "exp.txt"))
+    bad = tmp_path / "bad.py"
+    bad.write_text("VARIANTS = ('a',)\ndef get_config(v):\n    return 1/0\n")
+    with pytest.raises(ZeroDivisionError):
+        load_config(str(bad))
+    broken = tmp_path / "broken.py"
+    broken.write_text("def (:\n")
+    with pytest.raises(ConfigError, match="failed to load: SyntaxError"):
+        load_config(str(broken))
+    novariants = tmp_path / "nov.py"
+    novariants.write_text("def get_config(v):\n    return 1\n")
+    with pytest.raises(ConfigError, match="defines no VARIANTS"):
+        load_config(str(novariants))

@@ -1,0 +1,198 @@
+"""The stage runner (ebm_jax.train.stages) and the experiment runner around it:
+named keys, path-independent resume, the work-directory lock, cached results,
+corrupt files, the results directory, Ctrl-C."""
+
+import importlib.util
+import json
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from ebm_jax.io import CorruptFileError
+from ebm_jax.recipes import run_experiment
+from ebm_jax.train.stages import (
+    RunContext,
+    RunLock,
+    RunLockedError,
+    identity_hash,
+    interrupted_message,
+    stable_hash,
+)
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def toy():
+    spec = importlib.util.spec_from_file_location("toy_recipe", HERE / "toy_recipe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["toy_recipe"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(toy, workdir, out=None, **cfg):
+    return run_experiment(toy.Config(**cfg), workdir=workdir, out=out, progress=False,
+                          log=lambda s: None)
+
+
+def _stage(workdir) -> Path:
+    (stage,) = [p for p in Path(workdir).iterdir() if p.name.startswith("toy-")]
+    return stage
+
+
+def test_keys_are_named_and_distinct(tmp_path):
+    ctx = RunContext(tmp_path, seed=3, lock=False)
+    k = [ctx.key("stage", "init"), ctx.key("stage", "train"), ctx.key("other", "init")]
+    data = [tuple(np.asarray(jax.random.key_data(x)).tolist()) for x in k]
+    assert len(set(data)) == 3
+    again = RunContext(tmp_path, seed=3, lock=False).key("stage", "init")
+    assert np.array_equal(jax.random.key_data(again), jax.random.key_data(k[0]))
+    assert stable_hash("init") == stable_hash("init") < 2**31
+    assert identity_hash({"a": (1, 2)}) == identity_hash({"a": [1, 2]})
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2147483647\]"):
+        RunContext(tmp_path, seed=-1)
+
+
+def _interrupt(toy, workdir):
+    with pytest.raises(KeyboardInterrupt):
+        _run(toy, workdir, num_steps=20, die_at=15)
+    stage = _stage(workdir)
+    assert [p.name for p in (stage / "checkpoints").iterdir() if p.name.isdigit()] == ["10"]
+    assert not (Path(workdir) / ".lock").exists()  # released on the way out
+
+
+def _resumed_at(workdir):
+    return json.loads((_stage(workdir) / "run.json").read_text())["resumed_at"]
+
+
+@pytest.fixture
+def reference(toy, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ref")
+    return _run(toy, d / "w", num_steps=20).payload["tables"]
+
+
+@pytest.mark.parametrize("how", ["moved", "absolute", "other_cwd"])
+def test_resume_wherever_the_workdir_lives(toy, tmp_path, monkeypatch, reference, how):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    _interrupt(toy, "runs/w")  # a relative path
+    if how == "moved":
+        shutil.move(tmp_path / "runs", tmp_path / "moved")
+        workdir = "moved/w"
+    elif how == "absolute":
+        workdir = str(tmp_path / "runs" / "w")
+    else:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        workdir = "../runs/w"
+    tables = _run(toy, workdir, num_steps=20).payload["tables"]
+    assert _resumed_at(workdir) == [10]
+    assert tables == reference  # bitwise the same as an uninterrupted run
+
+
+def test_a_rerun_reuses_the_stage_and_the_cached_result(toy, tmp_path):
+    toy.CALLS["compute"] = 0
+    first = _run(toy, tmp_path / "w")
+    second = _run(toy, tmp_path / "w")
+    assert first.payload["tables"] == second.payload["tables"]
+    assert toy.CALLS["compute"] == 1
+    assert _resumed_at(tmp_path / "w") == [20]
+    # another setting is another stage, not a refusal
+    _run(toy, tmp_path / "w", learning_rate=0.05)
+    assert len(list((tmp_path / "w").glob("toy-*"))) == 2
+    # --restart trains the stage again and recomputes its cached result
+    run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, restart=True,
+                   log=lambda s: None)
+    assert toy.CALLS["compute"] == 3
+
+
+def test_the_lock_stops_a_second_run_and_leaves_the_first_intact(toy, tmp_path):
+    _run(toy, tmp_path / "w")
+    stage = _stage(tmp_path / "w")
+    before = {p: p.read_bytes() for p in stage.rglob("*") if p.is_file()}
+    holder = RunLock(tmp_path / "w")
+    holder.acquire()  # a live process (this one) holds it
+    with pytest.raises(RunLockedError, match=rf"work directory {tmp_path / 'w'} is in "
+                       rf"use by process {os.getpid()} on .* since .*use another "
+                       "--workdir"):
+        _run(toy, tmp_path / "w")
+    assert {p: p.read_bytes() for p in stage.rglob("*") if p.is_file()} == before
+    holder.release()
+    _run(toy, tmp_path / "w")
+
+
+def test_a_stale_lock_of_a_dead_process_is_taken_over(toy, tmp_path):
+    (tmp_path / "w").mkdir()
+    import socket
+
+    (tmp_path / "w" / ".lock").write_text(json.dumps(
+        {"pid": 2**22 + 12345, "host": socket.gethostname(), "started": "then"}))
+    _run(toy, tmp_path / "w")
+    assert not (tmp_path / "w" / ".lock").exists()
+
+
+@pytest.mark.parametrize("name,content,match", [
+    ("run.json", "{not json", r"run record .*run.json is not valid JSON"),
+    ("metrics.jsonl", '{"step": 5}\n{"step": 1', r"metrics file .*metrics.jsonl is "
+     r"corrupt at line 2"),
+    ("eval.json", "[1, 2", r"cached result .*eval.json is not valid JSON .*delete it"),
+])
+def test_corrupt_files_name_the_file(toy, tmp_path, name, content, match):
+    _run(toy, tmp_path / "w")
+    (_stage(tmp_path / "w") / name).write_text(content)
+    with pytest.raises(CorruptFileError, match=match):
+        _run(toy, tmp_path / "w")
+
+
+def test_results_replace_an_earlier_run_whole_and_respect_umask(toy, tmp_path):
+    out = tmp_path / "out"
+    _run(toy, tmp_path / "w", out)
+    (out / "stale.png").write_bytes(b"old figure")
+    old = os.umask(0o022)
+    try:
+        _run(toy, tmp_path / "w", out, learning_rate=0.05)
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in out.iterdir()) == ["results.json", "results.md",
+                                                    "toy.png"]
+    payload = json.loads((out / "results.json").read_text())
+    assert payload["ebm_jax"]["config"]["learning_rate"] == 0.05
+    for p in out.iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
+    assert not list(tmp_path.glob(".out.*"))  # no leftovers of the swap
+
+
+def test_bad_directories_are_refused_before_training(toy, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    with pytest.raises(ValueError, match=r"--out .*notes is not empty and holds no "
+                       r"results.json"):
+        _run(toy, tmp_path / "w", tmp_path / "notes")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"--workdir must be a directory, got the file"):
+        _run(toy, tmp_path / "file")
+    with pytest.raises(ValueError, match=r"--out must be a directory, got the file"):
+        _run(toy, tmp_path / "w", tmp_path / "file")
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "ro"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(ValueError, match=r"--out .*ro.* is not writable"):
+            _run(toy, tmp_path / "w", locked / "out")
+    with pytest.raises(ValueError, match=r"--devices must be in \[1, "):
+        run_experiment(toy.Config(), workdir=tmp_path / "w", devices=99)
+    assert not (tmp_path / "w").exists() or not list((tmp_path / "w").iterdir())
+
+
+def test_interrupted_message_names_the_step(toy, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        _run(toy, tmp_path / "w", num_steps=20, die_at=15)
+    from ebm_jax.train.stages import last_context
+
+    assert interrupted_message(last_context()) == (
+        "stopped in stage toy; rerun the same command to resume from step 10")
