@@ -1,10 +1,11 @@
 """Pretraining throughput (images per second) of the contrastive methods: one jitted,
-donated train step per call, as `ebm-jax moco` runs it, timed after compilation.
+donated train step per call, as the contrastive recipe runs it, timed after compilation.
 
-    python benchmarks/contrastive.py                       # quick profile (digits)
-    python benchmarks/contrastive.py --profile cifar --steps 5   # ResNet-18, 32x32x3
+    python benchmarks/contrastive.py                       # the quick variant (digits)
+    python benchmarks/contrastive.py --variant cifar --steps 5   # ResNet-18, 32x32x3
 
-Writes <out>/contrastive.{json,md}. Also times the same MoCo step scanned over 10 steps
+The model and loss settings are those of experiments/contrastive/moco_linear_eval.py
+at the chosen variant. Writes <out>/contrastive_<variant>.{json,md}. Also times the same MoCo step scanned over 10 steps
 per call (`steps_per_call=10`), which XLA's CPU backend runs much slower for convnets.
 """
 
@@ -21,31 +22,36 @@ import jax
 import numpy as np
 import optax
 
+from ebm_jax.config import load_config
 from ebm_jax.data.images import ImageData
-from ebm_jax.experiments import contrastive as c
 from ebm_jax.io import write_report
-from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
+from ebm_jax.recipes import contrastive_stages as c
+from ebm_jax.train import create_train_state, make_train_step, replicate
+from ebm_jax.train.stages import RunContext
+
+CONFIG = Path(__file__).parents[1] / "experiments" / "contrastive" / "moco_linear_eval.py"
 
 
-def fake_data(profile: c.Profile, channels: int, n: int) -> ImageData:
-    """Random images of the profile's size (throughput does not depend on content)."""
+def fake_data(cfg, channels: int, n: int) -> ImageData:
+    """Random images of the config's size (throughput does not depend on content)."""
     rng = np.random.default_rng(0)
-    s = profile.image_size
+    s = cfg.image_size
     x = rng.random((n, s, s, channels), np.float32)
     y = (np.arange(n) % 10).astype(np.int32)
     return ImageData("random", x, y, x[:10], y[:10], 10)
 
 
-def time_method(spec, profile, data, *, steps: int, steps_per_call: int = 1) -> dict:
-    mesh = make_mesh(1)
-    built = c.build_model(spec, profile, data, seed=0)
+def time_method(spec, cfg, data, *, steps: int, steps_per_call: int = 1) -> dict:
+    ctx = RunContext("unused", seed=cfg.seed, lock=False, progress=False)  # writes nothing
+    mesh = ctx.mesh
+    built = c.build_model(spec, cfg, data, ctx)
     opt = optax.sgd(0.01, momentum=0.9)
-    graphdef, state = create_train_state(built.model, opt, jax.random.key(0),
+    graphdef, state = create_train_state(built.model, opt, ctx.key(spec.name, "train"),
                                          trainable=built.trainable)
-    step = make_train_step(graphdef, c.make_loss(spec, profile), opt, mesh,
+    step = make_train_step(graphdef, c.make_loss(spec, cfg), opt, mesh,
                            trainable=built.trainable, steps_per_call=steps_per_call)
     state = replicate(state, mesh)
-    b = profile.batch_size
+    b = cfg.batch_size
     idx = np.arange(b)
     one = {"instdisc": (data.train_images[:b], idx.astype(np.int32)),
            "memory-bank": (data.train_images[:b], idx.astype(np.int32)),
@@ -70,40 +76,40 @@ def time_method(spec, profile, data, *, steps: int, steps_per_call: int = 1) -> 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--profile", choices=sorted(c.PROFILES), default="quick")
+    p.add_argument("--variant", choices=["quick", "cifar", "tiny"], default="quick")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     args = p.parse_args(argv)
-    profile = c.PROFILES[args.profile]
+    cfg = load_config(f"{CONFIG}:{args.variant}")
     if args.batch_size:
-        profile = dataclasses.replace(profile, batch_size=args.batch_size)
-    channels = 3 if profile.dataset in ("cifar10", "folder") else 1
-    data = fake_data(profile, channels, max(4 * profile.batch_size, profile.queue_size))
+        cfg = dataclasses.replace(cfg, batch_size=args.batch_size)
+    channels = 3 if cfg.data in ("cifar10", "folder") else 1
+    data = fake_data(cfg, channels, max(4 * cfg.batch_size, cfg.queue_size))
     rows = []
     for method in ("moco", "end-to-end", "memory-bank", "instdisc", "supervised"):
-        rows.append(time_method(c.default_spec(method, profile), profile, data,
+        rows.append(time_method(c.default_spec(method, cfg), cfg, data,
                                 steps=args.steps))
         print(json.dumps(rows[-1]))
-    rows.append(time_method(c.default_spec("moco", profile), profile, data,
+    rows.append(time_method(c.default_spec("moco", cfg), cfg, data,
                             steps=max(10, args.steps), steps_per_call=10))
     print(json.dumps(rows[-1]))
     device = jax.devices()[0]
-    meta = {"profile": args.profile, "batch_size": profile.batch_size,
-            "image_size": profile.image_size, "channels": channels,
-            "arch": profile.arch, "width": profile.width,
+    meta = {"variant": args.variant, "batch_size": cfg.batch_size,
+            "image_size": cfg.image_size, "channels": channels,
+            "arch": cfg.arch, "width": cfg.width,
             "device": f"{device.platform} ({device.device_kind})",
             "cpu": platform.processor() or platform.machine(), "jax": jax.__version__}
-    lines = [f"Pretraining throughput, profile {args.profile}: {profile.arch} width "
-             f"{profile.width}, {profile.image_size}x{profile.image_size}x{channels}, "
-             f"batch {profile.batch_size}, on {meta['device']}", "",
+    lines = [f"Pretraining throughput, variant {args.variant}: {cfg.arch} width "
+             f"{cfg.width}, {cfg.image_size}x{cfg.image_size}x{channels}, "
+             f"batch {cfg.batch_size}, on {meta['device']}", "",
              "| method | steps per call | s / step | images / s | first call s |",
              "|---|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['steps_per_call']} | "
                      f"{r['seconds_per_step']:.3f} | {r['images_per_second']:.0f} | "
                      f"{r['first_call_seconds']:.1f} |")
-    write_report(args.out, f"contrastive_{args.profile}", {**meta, "rows": rows},
+    write_report(args.out, f"contrastive_{args.variant}", {**meta, "rows": rows},
                  "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

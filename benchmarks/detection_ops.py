@@ -108,12 +108,19 @@ def bench_refine(num_boxes: int, image_size: int = 512, repeats: int = 3) -> dic
             "first_call_seconds": first}
 
 
+# Table 2's hyperparameters of the benchmarked methods (the paper's sec. 4.2), as in
+# experiments/ebm_regression/table2_detection.py
+HYPERPARAMETERS = {"nce": {"sigmas": (0.075, 0.15, 0.3)},
+                   "nce+": {"sigmas": (0.075, 0.15, 0.3), "beta": 0.1},
+                   "ml-is": {"sigmas": (0.0375, 0.075, 0.15)}}
+
+
 def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, pool: int,
                      image_size: int, strides=(4, 8, 16, 32), canonical_size: float = 224.0,
                      num_samples: int = 128, repeats: int = 3) -> dict:
     """Head training steps per second: `boxes` ground-truth boxes per step, each with
-    its image's FPN levels, M = num_samples, the `ebm-jax detection` train step."""
-    from ebm_jax.experiments.detection import make_detection_loss
+    its image's FPN levels, M = num_samples, the detection recipe's train step."""
+    from ebm_jax.energy.boxes import make_detection_loss
     from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
 
     head = DetectionEnergyHead(channels, 80, hidden=hidden, pool_size=pool, strides=strides,
@@ -121,7 +128,8 @@ def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, poo
     opt = optax.sgd(1e-3, momentum=0.9)
     graphdef, state = create_train_state(head, opt, jax.random.key(0))
     mesh = make_mesh(1)
-    step = make_train_step(graphdef, make_detection_loss(method, num_samples), opt, mesh)
+    loss_fn = make_detection_loss(method, num_samples, **HYPERPARAMETERS[method])
+    step = make_train_step(graphdef, loss_fn, opt, mesh)
     state = replicate(state, mesh)
     rng = np.random.default_rng(0)
     levels = [rng.normal(size=(boxes, image_size // s, image_size // s, channels))

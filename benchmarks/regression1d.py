@@ -3,9 +3,11 @@ PyTorch implementation of the same network, losses and Adam step, in one run.
 
     python benchmarks/regression1d.py --out results/bench [--torch-python PY] [--methods ...]
 
-For each method (one model, batch 32, M = 1024 samples or chains, dataset 1 settings):
+For each method (one model, batch 32, M = 1024 samples or chains, dataset 1 settings;
+the hyperparameters of the paper variant of experiments/ebm_regression/table1_toy1d.py):
 
-- JAX seconds per epoch: the jitted epoch of `ebm-jax regression1d` (the
+- JAX seconds per epoch: the jitted epoch that
+  `experiments/ebm_regression/table1_toy1d.py` trains (`ebm_jax.train.ensemble`: the
   `ebm_jax.train` step scanning the epoch's steps), compiled ahead of time, best of `--repeats` timed calls after one warm-up;
   methods too slow for whole epochs (ML-MCMC-256) time `--heavy-steps` steps and scale
   to the epoch's ceil(2000 / 32) = 63 steps, as the PyTorch side does.
@@ -42,15 +44,23 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ebm_jax.config import load_config
 from ebm_jax.data import toy1d
 from ebm_jax.energy import batch_loss, make_loss
 from ebm_jax.energy.langevin import langevin_chains
-from ebm_jax.experiments import regression1d as r1d
 from ebm_jax.io import write_report
 from ebm_jax.models import ToyEnergyMLP
+from ebm_jax.recipes.regression1d import METHODS, check_method, method_loss
 from ebm_jax.train import init_train_state, make_mesh, make_train_step, replicate, shard_batch
+from ebm_jax.train.ensemble import (
+    energy_fn,
+    init_ensemble,
+    make_ensemble_loss,
+    make_epoch_batches,
+)
 
 HERE = Path(__file__).resolve().parent
+TABLE1 = HERE.parent / "experiments" / "ebm_regression" / "table1_toy1d.py"
 STEPS_PER_EPOCH = math.ceil(2000 / 32)
 TARGET = {"ml-mcmc-256": 5.0}  # speed-up targets over eager PyTorch; 3x for the rest
 DEFAULT_TARGET = 3.0
@@ -72,10 +82,10 @@ def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
 
 
 def _setup(method: str, dataset: int, num_samples: int):
-    profile = r1d.PROFILES["paper"]
-    name, hp = r1d.method_hyperparameters(method, dataset, profile, num_samples)
+    cfg = load_config(f"{TABLE1}:paper")
+    name, hp = method_loss(cfg, method, dataset, num_samples)
     loss = make_loss(name, **hp)
-    graphdef, params = r1d.init_ensemble(jax.random.key(0), 1)
+    graphdef, params = init_ensemble(jax.random.key(0), 1)
     return name, hp, loss, graphdef, params
 
 
@@ -89,7 +99,7 @@ def _flops(compiled) -> float:
 def step_flops(method: str, dataset: int, num_samples: int, batch: int = 32) -> float:
     """FLOPs of one train step (loss, gradient and Adam update) of one model."""
     name, hp, _, graphdef, params = _setup(method, dataset, num_samples)
-    energy = r1d.energy_fn(graphdef)
+    energy = energy_fn(graphdef)
     params = jax.tree.map(lambda a: a[0], params)
     optimizer = optax.adam(1e-3)
     opt_state = optimizer.init(params)
@@ -127,16 +137,16 @@ def step_flops(method: str, dataset: int, num_samples: int, batch: int = 32) -> 
 def time_method(method: str, dataset: int, num_samples: int, steps: int,
                 repeats: int, devices: int = 1) -> float:
     """Wall seconds per epoch of one model (epoch = 63 steps of batch 32), through the
-    same jitted epoch (`ebm_jax.train` step scanning an epoch) that `ebm-jax
-    regression1d` trains with."""
+    same jitted epoch (`ebm_jax.train` step scanning an epoch) that the Table 1 recipe
+    (`ebm_jax.recipes.regression1d`) trains with."""
     _, _, loss, graphdef, params = _setup(method, dataset, num_samples)
     single, _, rest = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.adam(1e-3)
     num_train = 2000 if steps >= STEPS_PER_EPOCH else steps * 32
     x, y = toy1d.sample(jax.random.key(dataset), dataset, num_train)
-    batches, per_epoch = r1d.make_epoch_batches(x, y, jax.random.key(1), 1, 32)
+    batches, per_epoch = make_epoch_batches(x, y, jax.random.key(1), 1, 32)
     mesh = make_mesh(devices)
-    step = make_train_step(single, r1d.make_ensemble_loss(graphdef, loss), optimizer, mesh,
+    step = make_train_step(single, make_ensemble_loss(graphdef, loss), optimizer, mesh,
                            steps_per_call=per_epoch, stacked=True)
     state = replicate(init_train_state(params, rest, optimizer, jax.random.key(2)), mesh)
     batch = shard_batch(batches(0), mesh, stacked=True)
@@ -199,7 +209,7 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("results/bench"))
-    p.add_argument("--methods", nargs="+", default=list(r1d.METHODS))
+    p.add_argument("--methods", nargs="+", default=list(METHODS))
     p.add_argument("--dataset", type=int, default=1, choices=(1, 2))
     p.add_argument("--num-samples", type=int, default=1024)
     p.add_argument("--repeats", type=int, default=3)
@@ -210,7 +220,7 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="PyTorch intra-op threads")
     args = p.parse_args(argv)
     for m in args.methods:
-        r1d.check_method(m)
+        check_method(m)
     for name in ("num_samples", "repeats", "heavy_steps", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")

@@ -1,11 +1,13 @@
-"""Contrastive representation learning (seed 002) as pure functions: InfoNCE, the
-InstDisc memory bank and NCE loss, MoCo's queue and momentum encoder."""
+"""Contrastive representation learning losses as pure functions: InfoNCE (MoCo, He et
+al. 2020, eq. 1), the InstDisc memory bank and NCE loss (Wu et al. 2018, sec. 3), MoCo's
+queue and momentum update, shuffled batch norm, the end-to-end mechanism and the
+supervised baseline's loss. The models they train live in `ebm_jax.models.contrastive`;
+linear probe and kNN in `ebm_jax.eval`. Nothing here imports models or training code.
+"""
 
-from ebm_jax.contrastive.end_to_end import Siamese, end_to_end_loss, make_end_to_end_loss
+from ebm_jax.contrastive.end_to_end import end_to_end_loss, make_end_to_end_loss
 from ebm_jax.contrastive.infonce import infonce_logits, infonce_loss
 from ebm_jax.contrastive.instdisc import (
-    ENCODER_PARAMS,
-    InstDisc,
     estimate_log_z,
     init_memory_bank,
     instdisc_nce_loss,
@@ -15,45 +17,34 @@ from ebm_jax.contrastive.instdisc import (
     resolve_log_z,
     update_memory_bank,
 )
-from ebm_jax.contrastive.knn import knn_accuracy, knn_predict
 from ebm_jax.contrastive.moco import (
-    QUERY_PARAMS,
-    MoCo,
     check_queue_size,
     ema_update,
     enqueue,
+    gather_replicated,
     init_queue,
     make_moco_loss,
 )
-from ebm_jax.contrastive.shuffle_bn import (
-    SplitBatchNorm,
-    shuffle_across_devices,
-    unshuffle_across_devices,
-)
+from ebm_jax.contrastive.shuffle_bn import shuffle_across_devices, unshuffle_across_devices
+from ebm_jax.contrastive.supervised import make_supervised_loss
 
 __all__ = [
-    "ENCODER_PARAMS",
-    "InstDisc",
-    "make_instdisc_loss",
-    "QUERY_PARAMS",
-    "MoCo",
-    "make_moco_loss",
-    "Siamese",
-    "SplitBatchNorm",
-    "end_to_end_loss",
-    "make_end_to_end_loss",
     "check_queue_size",
     "ema_update",
+    "end_to_end_loss",
     "enqueue",
     "estimate_log_z",
+    "gather_replicated",
     "infonce_logits",
     "infonce_loss",
     "init_memory_bank",
     "init_queue",
-    "knn_accuracy",
-    "knn_predict",
     "instdisc_nce_loss",
     "instdisc_softmax_loss",
+    "make_end_to_end_loss",
+    "make_instdisc_loss",
+    "make_moco_loss",
+    "make_supervised_loss",
     "normalise",
     "resolve_log_z",
     "shuffle_across_devices",

@@ -1,6 +1,6 @@
-"""The end-to-end mechanism of MoCo's ablation (seed 002, Fig. 3): one encoder for
-queries and keys, gradients through both, and the dictionary is the current batch's
-keys only (its size is tied to the batch size).
+"""The end-to-end mechanism of MoCo's ablation (He et al. 2020, sec. 3.2, Fig. 2a and
+Fig. 3): one encoder for queries and keys, gradients through both, and the dictionary
+is the current batch's keys only (its size is tied to the batch size).
 
     logits[i, j] = q_i . k_j / T,    loss = cross-entropy with target j = i
 """
@@ -11,17 +11,9 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 from jax.scipy.special import logsumexp
 
-from ebm_jax.energy import checks
-
-
-class Siamese(nnx.Module):
-    """One encoder used for both views."""
-
-    def __init__(self, encoder: nnx.Module):
-        self.encoder = encoder
+from ebm_jax import checks
 
 
 def end_to_end_loss(q: jax.Array, k: jax.Array, temperature: float) -> jax.Array:
@@ -34,11 +26,12 @@ def end_to_end_loss(q: jax.Array, k: jax.Array, temperature: float) -> jax.Array
 
 def make_end_to_end_loss(*, temperature: float, augment: Callable,
                          image_size: int) -> Callable:
-    """`loss_fn(model: Siamese, images, key) -> (loss, metrics)` for `ebm_jax.train`."""
+    """`loss_fn(model, images, key) -> (loss, metrics)` for `ebm_jax.train` (model: a
+    module with one `encoder`, `ebm_jax.models.contrastive.Siamese`)."""
     checks.positive("temperature", temperature)
     from ebm_jax.data.augment import augment_batch
 
-    def loss_fn(model: Siamese, images, key):
+    def loss_fn(model, images, key):
         k_q, k_k = jax.random.split(key)
         q = model.encoder(augment_batch(augment, k_q, images, size=image_size))
         k = model.encoder(augment_batch(augment, k_k, images, size=image_size))

@@ -1,5 +1,5 @@
-"""InfoNCE (seed 002; MoCo's loss): cross-entropy over [q.k+, q.negatives] / T with the
-positive at index 0, computed in log space."""
+"""InfoNCE (MoCo's loss, He et al. 2020, eq. 1): cross-entropy over
+[q.k+, q.negatives] / T with the positive at index 0, computed in log space."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 
 def infonce_logits(q: jax.Array, k_pos: jax.Array, negatives: jax.Array,

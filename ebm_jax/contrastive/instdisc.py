@@ -1,5 +1,7 @@
-"""Instance discrimination (InstDisc, seed 002): a memory bank of n normalised features,
-one per training image, and the NCE loss with a uniform noise distribution.
+"""Instance discrimination (Wu et al., "Unsupervised Feature Learning via
+Non-Parametric Instance Discrimination", 2018): a memory bank of n normalised features,
+one per training image (sec. 3.1), and the NCE loss with a uniform noise distribution
+(sec. 3.2, eqs. 3-7).
 
     P(i | f) = exp(v_i . f / T) / Z,        P_n(i) = 1 / n
     h(i, f)  = P(i | f) / (P(i | f) + m P_n(i))
@@ -16,10 +18,9 @@ import math
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 from jax.scipy.special import logsumexp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 
 def normalise(x: jax.Array, axis: int = -1, eps: float = 1e-12) -> jax.Array:
@@ -86,32 +87,14 @@ def instdisc_softmax_loss(features, bank, indices, temperature: float) -> jax.Ar
     return jnp.mean(logsumexp(logits, axis=1) - own)
 
 
-# --------------------------------------------------------------------------- the model
-
-
-class BankVar(nnx.Variable):
-    """Non-trainable InstDisc state: the memory bank and the stored log Z."""
-
-
-ENCODER_PARAMS = nnx.All(nnx.Param, nnx.PathContains("encoder"))
-
-
-class InstDisc(nnx.Module):
-    """An encoder, the (n, D) memory bank and log Z (NaN until the first batch)."""
-
-    def __init__(self, encoder: nnx.Module, *, num_items: int, dim: int, rngs: nnx.Rngs):
-        self.encoder = encoder
-        self.bank = BankVar(init_memory_bank(rngs.params(), num_items, dim))
-        self.log_z = BankVar(jnp.full((), jnp.nan, jnp.float32))
-
-
 LOSS_KINDS = ("nce", "softmax", "infonce")
 
 
 def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
                        augment=None, image_size: int | None = None, kind: str = "nce",
                        bank_momentum: float = 0.5):
-    """`loss_fn(model: InstDisc, (images, indices), key) -> (loss, metrics)`: encode one
+    """`loss_fn(model, (images, indices), key) -> (loss, metrics)` (model: a module with
+    `encoder`, `bank` and `log_z`, `ebm_jax.models.contrastive.InstDisc`): encode one
     augmented view, the NCE loss against the bank with `num_noise` uniform noise
     indices per example (Z fixed after the first batch), the full softmax, or
     ("infonce") InfoNCE over the own bank entry and `num_noise` sampled ones (the
@@ -125,7 +108,7 @@ def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
         raise ValueError(f"bank_momentum must be in [0, 1], got {bank_momentum}")
     from ebm_jax.data.augment import augment_batch
 
-    def loss_fn(model: InstDisc, batch, key):
+    def loss_fn(model, batch, key):
         images, indices = batch
         k_aug, k_noise = jax.random.split(key)
         x = images if augment is None else augment_batch(augment, k_aug, images,

@@ -1,9 +1,14 @@
-"""MoCo's state updates (seed 002): the queue as a (K, D) ring buffer with an int
-pointer, and the key encoder as an exponential moving average of the query encoder.
+"""MoCo's state updates (He et al., "Momentum Contrast for Unsupervised Visual
+Representation Learning", 2020): the queue as a (K, D) ring buffer with an int pointer
+(sec. 3.2, "Dictionary as a queue"), and the key encoder as an exponential moving
+average of the query encoder (sec. 3.2, eq. 2: theta_k <- m theta_k + (1 - m) theta_q).
 
-Order of one MoCo step (REFERENCE.md sec. 3): `ema_update` the key encoder first,
-encode queries and keys, `infonce_loss` against the current queue, then `enqueue` the
-new keys (after they were used) and advance the pointer.
+Order of one MoCo step (the paper's Algorithm 1): `ema_update` the key encoder first,
+encode queries and keys, `infonce_loss` (eq. 1) against the current queue, then
+`enqueue` the new keys (after they were used) and advance the pointer.
+
+The model (`ebm_jax.models.contrastive.MoCo`) holds the encoders and the queue; this
+module only computes on them.
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ebm_jax import checks
 from ebm_jax.contrastive.instdisc import normalise
-from ebm_jax.energy import checks
 
 
 def init_queue(key: jax.Array, size: int, dim: int) -> tuple[jax.Array, jax.Array]:
@@ -67,40 +72,15 @@ def gather_replicated(x: jax.Array, axis_name: str) -> jax.Array:
     return jax.lax.psum(full, axis_name)
 
 
-# --------------------------------------------------------------------------- MoCo model
-
-
-class QueueVar(nnx.Variable):
-    """Non-trainable MoCo state: the queue and its pointer."""
-
-
-QUERY_PARAMS = nnx.All(nnx.Param, nnx.PathContains("query"))
-"""The `trainable` filter of a MoCo train state: only the query encoder's Params (the
-key encoder is moved by `ema_update`, never by the optimizer)."""
-
-
-class MoCo(nnx.Module):
-    """Query encoder, key encoder (starting as a copy of it) and the (K, D) queue."""
-
-    def __init__(self, make_encoder: Callable[[nnx.Rngs], nnx.Module], *, queue_size: int,
-                 dim: int, rngs: nnx.Rngs):
-        self.query = make_encoder(rngs)
-        self.key_encoder = make_encoder(rngs)
-        # a copy, not shared buffers: the train step donates the state, and XLA refuses
-        # to donate one buffer twice
-        nnx.update(self.key_encoder, jax.tree.map(jnp.copy, nnx.state(self.query)))
-        queue, pointer = init_queue(rngs.params(), queue_size, dim)
-        self.queue = QueueVar(queue)
-        self.pointer = QueueVar(pointer)
-
-
 SHUFFLES = ("batch", "devices", "none")
 
 
 def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
-                   image_size: int, shuffle: str = "batch") -> Callable:
+                   image_size: int, shuffle: str = "batch",
+                   axis_name: str | None = None) -> Callable:
     """`loss_fn(model: MoCo, images, key) -> (loss, metrics)` for `ebm_jax.train`, one
-    MoCo step in the order of REFERENCE.md sec. 3:
+    MoCo step in the order of the paper's Algorithm 1 (model: a module with `query`,
+    `key_encoder`, `queue` and `pointer`, `ebm_jax.models.contrastive.MoCo`):
 
     1. key encoder <- m * key + (1 - m) * query (parameters only);
     2. two augmented views per image, queries from the query encoder, keys from the key
@@ -111,22 +91,24 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
     shuffle: "batch" permutes the batch before the key encoder and restores the order
     after (for `SplitBatchNorm` encoders on one device); "devices" shuffles across
     devices (train step with `per_device=True, fold_device_key=False`; the global keys
-    are gathered before they are enqueued); "none" is the no-shuffle ablation.
+    are gathered before they are enqueued) over the mesh axis `axis_name` (the data
+    axis of the train step); "none" is the no-shuffle ablation.
     """
     if not 0.0 <= float(momentum) <= 1.0:
         raise ValueError(f"momentum must be in [0, 1], got {momentum}")
     checks.positive("temperature", temperature)
     if shuffle not in SHUFFLES:
         raise ValueError(f"shuffle must be one of {SHUFFLES}, got {shuffle!r}")
+    if shuffle == "devices" and not axis_name:
+        raise ValueError('shuffle="devices" needs axis_name, the data axis of the mesh')
     from ebm_jax.contrastive.infonce import infonce_logits
     from ebm_jax.contrastive.shuffle_bn import (
         shuffle_across_devices,
         unshuffle_across_devices,
     )
     from ebm_jax.data.augment import augment_batch
-    from ebm_jax.train.step import DATA_AXIS
 
-    def loss_fn(model: MoCo, images, key):
+    def loss_fn(model, images, key):
         k_q, k_k, k_perm = jax.random.split(key, 3)
         query_params = jax.lax.stop_gradient(nnx.state(model.query, nnx.Param))
         key_params = nnx.state(model.key_encoder, nnx.Param)
@@ -136,8 +118,8 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
         x_k = augment_batch(augment, k_k, images, size=image_size)
         q = model.query(x_q)
         if shuffle == "devices":
-            shuffled, perm = shuffle_across_devices(x_k, k_perm, DATA_AXIS)
-            k = unshuffle_across_devices(model.key_encoder(shuffled), perm, DATA_AXIS)
+            shuffled, perm = shuffle_across_devices(x_k, k_perm, axis_name)
+            k = unshuffle_across_devices(model.key_encoder(shuffled), perm, axis_name)
         elif shuffle == "batch":
             perm = jax.random.permutation(k_perm, x_k.shape[0])
             k = model.key_encoder(x_k[perm])[jnp.argsort(perm)]
@@ -149,7 +131,7 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
         logits = infonce_logits(q, k, queue, temperature)
         loss = jnp.mean(jax.nn.logsumexp(logits, axis=1) - logits[:, 0])
         accuracy = jnp.mean(jnp.argmax(logits, axis=1) == 0)
-        new_keys = gather_replicated(k, DATA_AXIS) if shuffle == "devices" else k
+        new_keys = gather_replicated(k, axis_name) if shuffle == "devices" else k
         model.queue[...], model.pointer[...] = enqueue(queue, model.pointer[...], new_keys)
         return loss, {"accuracy": accuracy}
 

@@ -1,4 +1,4 @@
-"""Shuffling batch norm (MoCo, seed 002): the key encoder must not see the batch
+"""Shuffling batch norm (MoCo, He et al. 2020, sec. 3.3): the key encoder must not see the batch
 statistics of the very samples its queries come from, or the model cheats through them.
 
 Two forms:
@@ -18,9 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ebm_jax.models.norm import SplitBatchNorm
-
-__all__ = ["SplitBatchNorm", "shuffle_across_devices", "unshuffle_across_devices"]
+__all__ = ["shuffle_across_devices", "unshuffle_across_devices"]
 
 
 def shuffle_across_devices(x: jax.Array, key: jax.Array, axis_name: str):

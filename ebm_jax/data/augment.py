@@ -17,7 +17,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 _GRAY = jnp.array([0.299, 0.587, 0.114])
 

@@ -1,10 +1,12 @@
 """A detection benchmark that runs anywhere: generated images with objects, written as
-COCO-format JSON plus PNG images, training boxes with annotation noise, a simulated
-detector output, and evaluation with the COCO evaluator (pycocotools).
+COCO-format JSON plus PNG images, training boxes with annotation noise and a simulated
+detector output; and the reader of a COCO-format set (`load_detection_set`), which
+validates the annotations and every image when the set is opened. AP is computed by
+`ebm_jax.eval.coco`.
 
     paths = generate_dataset("data/shapes", num_images=200, annotation_noise=0.1)
     dets = simulate_detections(paths.annotations, seed=0)      # COCO result entries
-    metrics = coco_evaluate(paths.annotations, dets)           # AP, AP50, AP75
+    train = load_detection_set(paths.noisy_annotations, paths.image_dir, image_size=128)
 
 Objects are drawn shapes (one shape per class: disc, square, triangle, cross, ring,
 diamond, bar, ...), each of a random colour and size, on textured backgrounds (colour
@@ -225,7 +227,13 @@ def check_detections(detections: list[dict], annotations: dict) -> None:
     """Clear errors for detections that the evaluation would silently mis-score."""
     image_ids = {im["id"] for im in annotations["images"]}
     cat_ids = {c["id"] for c in annotations["categories"]}
+    if not isinstance(detections, list):
+        raise ValueError("detections must be a list of COCO result entries, got "
+                         f"{type(detections).__name__}")
     for i, d in enumerate(detections):
+        if not isinstance(d, dict):
+            raise ValueError(f"detections[{i}] must be a COCO result entry (an object "
+                             f"with image_id, category_id, bbox, score), got {d!r}")
         if d.get("image_id") not in image_ids:
             raise ValueError(f"detections[{i}]: image_id {d.get('image_id')!r} is not in "
                              "the annotations' images")
@@ -236,29 +244,6 @@ def check_detections(detections: list[dict], annotations: dict) -> None:
         score = d.get("score")
         if not isinstance(score, (int, float)) or not math.isfinite(score):
             raise ValueError(f"detections[{i}]: score must be a finite number, got {score!r}")
-
-
-def coco_evaluate(annotations: str | Path, detections: list[dict]) -> dict:
-    """AP, AP50 and AP75 (COCO's definitions, pycocotools) of `detections`."""
-    import contextlib
-    import io
-
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
-    gt_json = json.loads(Path(annotations).read_text())
-    check_detections(detections, gt_json)
-    if not detections:
-        return {"AP": 0.0, "AP50": 0.0, "AP75": 0.0}
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt = COCO(str(annotations))
-        dt = gt.loadRes([dict(d) for d in detections])
-        ev = COCOeval(gt, dt, "bbox")
-        ev.evaluate()
-        ev.accumulate()
-        ev.summarize()
-    return {"AP": float(ev.stats[0]), "AP50": float(ev.stats[1]),
-            "AP75": float(ev.stats[2])}
 
 
 @dataclasses.dataclass
@@ -319,22 +304,54 @@ class DetectionSet:
         return self
 
 
+def check_images(image_dir: Path, images: list[dict], annotations: Path) -> None:
+    """Every image of a COCO set exists, is readable, and has the width and height
+    its annotation file says: checked when the set is opened, so that a bad image is
+    an error naming its file before any training, not when its batch comes up."""
+    from PIL import Image, UnidentifiedImageError
+
+    for im in images:
+        path = image_dir / str(im.get("file_name"))
+        try:
+            with Image.open(path) as f:
+                size = f.size
+                f.verify()
+        except FileNotFoundError:
+            raise ValueError(f"image {path} (image id {im.get('id')} of {annotations}) "
+                             "does not exist") from None
+        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as e:
+            raise ValueError(f"image {path} (image id {im.get('id')} of {annotations}) "
+                             f"cannot be read ({e}); replace or remove it") from None
+        if size != (im.get("width"), im.get("height")):
+            raise ValueError(f"image {path} is {size[0]}x{size[1]}, but {annotations} "
+                             f"says {im.get('width')}x{im.get('height')} (image id "
+                             f"{im.get('id')})")
+
+
 def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_size: int,
                        name: str | None = None, preload: bool = False) -> DetectionSet:
     """Reads a COCO-format annotation file and its image folder (nothing is
-    downloaded). Crowd annotations are left out of training; a box of width or height
-    <= 0 or with a non-finite coordinate is an error naming its annotation id."""
+    downloaded), validating both: an annotation file that is not COCO-format JSON is
+    one error naming it; every image must be readable and of the size its annotation
+    says (`check_images`). Crowd annotations are left out of training; a box of width
+    or height <= 0 or with a non-finite coordinate is an error naming its annotation
+    id."""
+    from ebm_jax.io import read_json
+
     annotations, image_dir = Path(annotations), Path(image_dir)
     if not annotations.is_file():
-        raise FileNotFoundError(f"annotation file {annotations} does not exist")
+        raise ValueError(f"annotation file {annotations} does not exist")
     if not image_dir.is_dir():
-        raise FileNotFoundError(f"image folder {image_dir} does not exist")
+        raise ValueError(f"image folder {image_dir} does not exist")
     if int(image_size) != image_size or image_size < 16:
         raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
-    gt = json.loads(annotations.read_text())
+    gt = read_json(annotations, what="COCO annotation file",
+                   fix="replace it with a valid COCO annotation file")
     for key in ("images", "annotations", "categories"):
-        if key not in gt:
-            raise ValueError(f"{annotations} is not COCO format: no {key!r} entry")
+        if not isinstance(gt, dict) or not isinstance(gt.get(key), list):
+            raise ValueError(f"COCO annotation file {annotations} is not COCO format: "
+                             f"no {key!r} list")
+    check_images(image_dir, gt["images"], annotations)
     cats = sorted(c["id"] for c in gt["categories"])
     cat_index = {c: i + 1 for i, c in enumerate(cats)}
     images = sorted(gt["images"], key=lambda im: im["id"])

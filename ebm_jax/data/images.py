@@ -241,3 +241,76 @@ def load_image_folder(root: str | os.PathLike, size: int = 32, *,
     p, q = rng.permutation(len(xtr)), rng.permutation(len(xte))
     return ImageData(root.name, xtr[p], ytr[p], xte[q], yte[q], len(classes),
                      tuple(classes))
+
+
+# --------------------------------------------------------------------------- by name
+
+DATASETS = ("embedded", "digits", "opencv-digits", "cifar10", "folder")
+NEEDS_ROOT = ("cifar10", "folder")  # data_root: a directory, required
+OPTIONAL_ROOT = ("opencv-digits",)  # data_root: the directory that holds digits.png
+
+
+def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
+                    num_train: int | None = None,
+                    num_test: int | None = None) -> ImageData:
+    """The dataset `name` of `DATASETS` at size x size (resized where it is not),
+    read from `data_root` where it needs one (nothing is downloaded); `seed` draws the
+    train/test split of the digit sets; `num_train` / `num_test` keep the first
+    examples of each split."""
+    if name == "embedded":
+        d = load_embedded(size, seed=seed)
+    elif name == "digits":
+        d = load_digits(size, seed=seed)
+    elif name == "opencv-digits":
+        path = Path(data_root) / "digits.png" if data_root is not None else OPENCV_DIGITS
+        d = load_opencv_digits(path, size, seed=seed)
+    elif name in NEEDS_ROOT and data_root is None:
+        raise ValueError(f"data {name} needs data_root (a local path; nothing is "
+                         "downloaded)")
+    elif name == "cifar10":
+        d = load_cifar10(data_root)
+        if size != 32:
+            d = dataclasses.replace(d, train_images=resize(d.train_images, size),
+                                    test_images=resize(d.test_images, size))
+    elif name == "folder":
+        d = load_image_folder(data_root, size)
+    else:
+        raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {name!r}")
+    return d.subset(num_train, num_test) if (num_train or num_test) else d
+
+
+def dataset_sizes(name: str, data_root=None) -> tuple[int, int, int]:
+    """(train images, test images, channels) of a dataset, known without reading its
+    images (a folder's files are counted), for memory checks made before loading."""
+    if name == "embedded":
+        name = "opencv-digits" if OPENCV_DIGITS.is_file() else "digits"
+    if name == "digits":
+        return 1347, 450, 1
+    if name == "opencv-digits":
+        return 4000, 1000, 1
+    if name == "cifar10":
+        return 50000, 10000, 3
+    if name == "folder" and data_root is not None:
+        def count(split):
+            folder = Path(data_root) / split
+            if not folder.is_dir():
+                return 0
+            return sum(1 for c in folder.iterdir() if c.is_dir() for f in c.iterdir()
+                       if f.suffix.lower() in IMAGE_SUFFIXES)
+        return count("train"), count("val"), 3
+    raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {name!r}")
+
+
+def fingerprint(data: ImageData) -> str:
+    """16 hex digits of the labels and a sample of the images: what a training stage's
+    identity records of its data (never its path)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for a in (data.train_labels, data.test_labels):
+        h.update(np.ascontiguousarray(a).tobytes())
+    for a in (data.train_images, data.test_images):
+        step = max(1, len(a) // 64)
+        h.update(np.ascontiguousarray(a[::step]).tobytes())
+        h.update(str(a.shape).encode())
+    return h.hexdigest()[:16]

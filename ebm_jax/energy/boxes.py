@@ -60,8 +60,9 @@ def method_loss(method: str, num_samples: int, **hyperparameters) -> Callable:
 def image_loss(energy: BoxEnergy, loss: Callable, levels, boxes, classes, valid,
                key) -> jax.Array:
     """Mean of `loss` over one image's annotated boxes (G, 4) xyxy, classes (G,),
-    valid (G,) (False rows are padding, weight 0). The target of each box is 0 in its
-    own relative space; the energy of a sample y is f(levels, decode(y, box), class)."""
+    valid (G,) (False rows are padding, weight 0). Each annotated box is the reference
+    of its relative space and the target y in it; the energy of a sample y is
+    f(levels, decode_relative(y, box), class)."""
 
     def energy_xy(x, y):  # x: the annotated box and its class, (5,)
         ref, cls = x[:4], x[4].astype(jnp.int32)

@@ -1,4 +1,5 @@
-"""The weighted kNN monitor of InstDisc / MoCo (k = 200, T = 0.1): each test feature
+"""The weighted kNN classifier of InstDisc (Wu et al. 2018, sec. 3.4, "Weighted k-Nearest
+Neighbor Classifier"; k = 200, T = 0.1 there; MoCo's monitor too): each test feature
 votes with its k most similar training features (cosine similarity), each vote
 weighted exp(sim / T)."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ebm_jax.energy import checks
+from ebm_jax import checks
 
 
 def knn_predict(test_features, train_features, train_labels, num_classes: int,

@@ -1,4 +1,4 @@
-"""The detection energy head of seed 000 (sec. 4.2, REFERENCE.md sec. 2) and box
+"""The detection energy head of the paper's sec. 4.2 and box
 refinement by gradient ascent on it.
 
     head = DetectionEnergyHead(in_channels=256, num_classes=80, rngs=nnx.Rngs(0))

@@ -1,4 +1,4 @@
-"""ResNet-18 / ResNet-50 encoders in Flax NNX for contrastive learning (seed 002).
+"""ResNet-18 / ResNet-50 (and ResNet-10 / a ResNet-4 for tests) encoders in Flax NNX for contrastive learning (seed 002).
 
     enc = resnet_encoder("resnet18", small_images=True, head="linear", rngs=nnx.Rngs(0))
     z = enc(images)          # (N, 128), L2-normalised
@@ -27,6 +27,8 @@ from flax import nnx
 from ebm_jax.models.norm import SplitBatchNorm
 
 ARCHS = {
+    "resnet4": ("basic", (1,)),  # stem + one block, no downsampling: the tests' net
+    "resnet10": ("basic", (1, 1, 1, 1)),
     "resnet18": ("basic", (2, 2, 2, 2)),
     "resnet50": ("bottleneck", (3, 4, 6, 3)),
 }

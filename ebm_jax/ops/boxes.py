@@ -1,4 +1,4 @@
-"""Box utilities for detection refinement (seed 000, sec. 4.2; REFERENCE.md sec. 2).
+"""Box utilities for detection refinement (the paper's sec. 4.2).
 
 Boxes are (x0, y0, x1, y1) ("xyxy") or (x, y, w, h) ("xywh", COCO's format). The
 relative space of sampling and refinement is (cx / w0, cy / h0, log w, log h) with

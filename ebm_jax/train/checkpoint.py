@@ -100,6 +100,9 @@ class StageCheckpoints:
         if int(keep) < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = _absolute(stage_dir) / CHECKPOINTS
+        if self.directory.exists() and not self.directory.is_dir():
+            raise CheckpointError(f"{self.directory} must be a directory of checkpoints, "
+                                  "but it is a file; move it away or rerun with --restart")
         options = ocp.CheckpointManagerOptions(
             max_to_keep=int(keep),
             save_interval_steps=int(save_every),

@@ -45,8 +45,10 @@ def reset_stage(stage_dir) -> None:
     stage_dir = epath.Path(stage_dir)
     if not is_main_process():
         return
-    if (stage_dir / CHECKPOINTS).exists():
+    if (stage_dir / CHECKPOINTS).is_dir():
         (stage_dir / CHECKPOINTS).rmtree()
+    elif (stage_dir / CHECKPOINTS).exists():
+        (stage_dir / CHECKPOINTS).unlink()
     for name in (RUN_JSON, METRICS):
         (stage_dir / name).unlink(missing_ok=True)
 

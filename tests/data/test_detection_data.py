@@ -1,9 +1,11 @@
-"""The generated detection benchmark and its COCO evaluation."""
+"""The generated detection benchmark, and the COCO-format reader: letterboxing, crowd
+and empty images, and its validation of annotations and images when a set is opened."""
 
 import json
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from ebm_jax.data import detection as det
 
@@ -32,26 +34,12 @@ def test_generated_dataset_is_coco_format(dataset):
     assert img.shape[:2] == (64, 64)
 
 
-def test_perfect_detections_score_ap_one_and_shifted_lower(dataset):
-    gt = json.loads(dataset.annotations.read_text())
-    perfect = [{"image_id": a["image_id"], "category_id": a["category_id"],
-                "bbox": a["bbox"], "score": 1.0} for a in gt["annotations"]]
-    m = det.coco_evaluate(dataset.annotations, perfect)
-    assert m["AP"] == pytest.approx(1.0) and m["AP50"] == pytest.approx(1.0)
-    shifted = [{**d, "bbox": [d["bbox"][0] + 0.25 * d["bbox"][2], *d["bbox"][1:]]}
-               for d in perfect]
-    s = det.coco_evaluate(dataset.annotations, shifted)
-    assert s["AP"] < 0.9 * m["AP"] and s["AP75"] < m["AP75"]
-
-
 def test_simulated_detector_has_realistic_ious(dataset):
     dets = det.simulate_detections(dataset.annotations, seed=1, false_positives=0.5,
                                    miss_rate=0.0)
     gt = json.loads(dataset.annotations.read_text())["annotations"]
     ious = [det._iou_xywh(g["bbox"], d["bbox"]) for g, d in zip(gt, dets)]
     assert 0.49 < min(ious) and max(ious) < 0.91
-    m = det.coco_evaluate(dataset.annotations, dets)
-    assert 0.1 < m["AP"] < 0.9 and m["AP50"] > 0.9
 
 
 def test_bad_detections_are_named(dataset):
@@ -67,3 +55,73 @@ def test_bad_detections_are_named(dataset):
             det.check_detections([good, bad], gt)
     with pytest.raises(ValueError, match="annotation_noise must be >= 0"):
         det.generate_dataset("unused", annotation_noise=-1.0)
+    with pytest.raises(ValueError, match="must be a list of COCO result entries"):
+        det.check_detections({"a": 1}, gt)
+    with pytest.raises(ValueError, match=r"detections\[1\] must be a COCO result entry"):
+        det.check_detections([good, 3], gt)
+
+
+def _coco(tmp_path, annotations, sizes=((40, 20),)):
+    (tmp_path / "img").mkdir()
+    images = []
+    for i, (w, h) in enumerate(sizes, 1):
+        Image.fromarray(np.full((h, w, 3), 255, np.uint8)).save(
+            tmp_path / "img" / f"{i}.png")
+        images.append({"id": i, "file_name": f"{i}.png", "width": w, "height": h})
+    path = tmp_path / "ann.json"
+    path.write_text(json.dumps({"images": images, "annotations": annotations,
+                                "categories": [{"id": 3, "name": "a"},
+                                               {"id": 7, "name": "b"}]}))
+    return path
+
+
+def test_letterboxed_coco_set(tmp_path):
+    anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0},
+            {"id": 2, "image_id": 1, "category_id": 3, "bbox": [0, 0, 5, 5], "iscrowd": 1}]
+    path = _coco(tmp_path, anns, sizes=((40, 20), (16, 32)))
+    ds = det.load_detection_set(path, tmp_path / "img", image_size=80)
+    np.testing.assert_allclose(ds.scales, [2.0, 2.5])
+    assert ds.num_classes == 2 and ds.category_ids == [3, 7]
+    # the crowd box is left out; image 2 has no box (a documented skip in training)
+    assert ds.valid.tolist() == [[True], [False]]
+    np.testing.assert_allclose(ds.boxes[0, 0], [8, 4, 28, 20])
+    assert ds.classes[0, 0] == 2
+    imgs = ds.images([0, 1])
+    assert imgs.shape == (2, 80, 80, 3)
+    assert imgs[0, :40].min() == 1.0 and imgs[0, 40:].max() == 0.0  # padded below
+    assert imgs[1, :, :40].min() == 1.0 and imgs[1, :, 40:].max() == 0.0  # at the right
+
+
+@pytest.mark.parametrize("bbox, message", [([1, 1, 0, 3], "width or height <= 0"),
+                                           ([1, float("nan"), 2, 3], "4 finite numbers")])
+def test_bad_annotation_names_its_id(tmp_path, bbox, message):
+    anns = [{"id": 42, "image_id": 1, "category_id": 3, "bbox": bbox, "iscrowd": 0}]
+    path = _coco(tmp_path, anns)
+    with pytest.raises(ValueError, match=f"annotation 42: .*{message}"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
+
+
+def test_a_corrupt_set_is_named_when_opened(tmp_path):
+    anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0}]
+    path = _coco(tmp_path, anns, sizes=((40, 20), (16, 32)))
+    good = path.read_text()
+    path.write_text(good[:-7])
+    with pytest.raises(ValueError, match=r"COCO annotation file .*ann.json is not valid "
+                       "JSON .*replace it"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
+    path.write_text(json.dumps({"images": [], "annotations": []}))
+    with pytest.raises(ValueError, match="is not COCO format: no 'categories' list"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
+    path.write_text(good)
+    (tmp_path / "img" / "2.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=r"image .*2.png \(image id 2 of .*ann.json\) "
+                       "cannot be read"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
+    Image.fromarray(np.zeros((5, 5, 3), np.uint8)).save(tmp_path / "img" / "2.png")
+    with pytest.raises(ValueError, match=r"image .*2.png is 5x5, but .*ann.json says 16x32"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
+    (tmp_path / "img" / "2.png").unlink()
+    with pytest.raises(ValueError, match=r"image .*2.png .* does not exist"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
+    with pytest.raises(ValueError, match="annotation file .*none.json does not exist"):
+        det.load_detection_set(tmp_path / "none.json", tmp_path / "img", image_size=64)

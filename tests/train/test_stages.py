@@ -196,3 +196,26 @@ def test_interrupted_message_names_the_step(toy, tmp_path):
 
     assert interrupted_message(last_context()) == (
         "stopped in stage toy; rerun the same command to resume from step 10")
+
+
+def test_paths_go_through_epath(toy, tmp_path):
+    from etils import epath
+
+    workdir, out = epath.Path(tmp_path / "w"), epath.Path(tmp_path / "o")
+    report = _run(toy, workdir, out)
+    assert (tmp_path / "o" / "results.json").is_file()
+    assert report.payload["tables"]["toy"][0]["error"] < 1.0
+
+
+def test_a_checkpoints_path_that_is_a_file_is_one_clear_error(toy, tmp_path):
+    from ebm_jax.train import CheckpointError
+
+    _run(toy, tmp_path / "w")
+    stage = _stage(tmp_path / "w")
+    shutil.rmtree(stage / "checkpoints")
+    (stage / "checkpoints").write_text("not a directory")
+    with pytest.raises(CheckpointError, match=r"checkpoints must be a directory of "
+                       r"checkpoints, but it is a file"):
+        _run(toy, tmp_path / "w")
+    run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, restart=True,
+                   log=lambda s: None)  # --restart clears it

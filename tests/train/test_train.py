@@ -171,11 +171,11 @@ STATE_TYPES = {
 
 
 def _ensemble_state():
-    """The state `ebm-jax regression1d` trains: parameters stacked over 5 models."""
-    from ebm_jax.experiments import regression1d as r1d
+    """The state the 1D regression recipe trains: parameters stacked over 5 models."""
     from ebm_jax.train import init_train_state
+    from ebm_jax.train.ensemble import init_ensemble
 
-    graphdef, params = r1d.init_ensemble(jax.random.key(4), 5)
+    graphdef, params = init_ensemble(jax.random.key(4), 5)
     _, _, rest = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(0)), nnx.Param, ...)
     return graphdef, init_train_state(params, rest, optax.adam(1e-3), jax.random.key(4))
 

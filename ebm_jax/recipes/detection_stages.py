@@ -1,0 +1,111 @@
+"""The stages of the detection recipe (`ebm_jax.recipes.detection`): its data, the
+`backbone` stage and the head stages, each a `TrainStage` whose identity holds what its
+result depends on (settings, the data's content identity, the seed; never a path).
+
+    <workdir>/data/<split>-<hash>            the generated benchmark (its spec + seed)
+    <workdir>/backbone-<hash>                the feature pyramid (checkpoints, metrics)
+    <workdir>/head-<method>-m<M>[...]-<hash> one energy head, and its eval.json
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ebm_jax.recipes.detection import Config, HeadSpec
+
+
+def open_data(cfg: Config, ctx):
+    """The data (validated: annotations, every image, the detections)."""
+    from ebm_jax import detection as det
+    from ebm_jax.train.stages import identity_hash
+
+    if cfg.data == "coco":
+        return det.open_coco(cfg.coco_root, cfg.detections, image_size=cfg.image_size,
+                             train_split=cfg.train_split, val_split=cfg.val_split)
+    gen = dict(image_size=cfg.image_size, num_classes=cfg.num_classes,
+               max_objects=cfg.max_objects, min_size=cfg.min_size,
+               annotation_noise=cfg.annotation_noise)
+    spec = {split: {"split": split, **gen, "num_images": n,
+                    "seed": ctx.seed_of("data", split)}
+            for split, n in (("train", cfg.num_train), ("val", cfg.num_val))}
+    detector = {"seed": ctx.seed_of("data", "detector"),
+                "iou_range": list(cfg.detector_iou), "false_positives": cfg.false_positives}
+    root = cfg.data_root or ctx.workdir / "data"
+    ctx.log(f"generated data under {root} (spec {identity_hash(spec)})")
+    return det.open_generated(root, train=spec["train"], val=spec["val"], detector=detector)
+
+
+def backbone_stage(cfg: Config, ctx, data):
+    """The `backbone` stage (resumes); returns (its identity, its StageFigures, the
+    frozen FeaturePyramid)."""
+    import optax
+
+    from ebm_jax import detection as det
+    from ebm_jax.models.fpn import dense_loss
+    from ebm_jax.train import create_train_state, make_train_step, merge_model
+    from ebm_jax.train.schedules import warmup_cosine
+    from ebm_jax.train.stages import TrainStage
+
+    identity = {"data": data.identity["train"], "widths": list(cfg.widths),
+                "channels": cfg.channels, "steps": cfg.backbone_steps,
+                "batch": cfg.backbone_batch, "lr": cfg.backbone_lr, "seed": ctx.seed}
+    every = max(1, cfg.backbone_steps // 10)
+    stage = TrainStage("backbone", identity, cfg.backbone_steps, log_every=every,
+                       save_every=every * 5)
+    model = det.build_backbone(widths=cfg.widths, channels=cfg.channels,
+                               num_classes=data.train.num_classes,
+                               key=stage.key(ctx, "init"))
+    opt = optax.adamw(warmup_cosine(cfg.backbone_lr, cfg.backbone_steps), weight_decay=1e-4)
+    graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
+    step = make_train_step(graphdef, dense_loss, opt, ctx.mesh)
+    batches = det.backbone_batches(data.train, model.backbone.strides,
+                                   batch=cfg.backbone_batch,
+                                   seed=ctx.seed_of("backbone", "batches"))
+    ctx.log("stage backbone")
+    state, figures = stage.run(ctx, state, step, batches)
+    return stage.full_identity, figures, merge_model(graphdef, state).backbone
+
+
+def head_stage(cfg: Config, ctx, spec: HeadSpec, data, features, backbone_id):
+    """A head stage (resumes); returns (stage, its identity, figures, head)."""
+    import optax
+
+    from ebm_jax import detection as det
+    from ebm_jax.energy.boxes import check_detection_batch, make_detection_loss
+    from ebm_jax.train import create_train_state, make_train_step, merge_model
+    from ebm_jax.train.schedules import warmup_step_decay
+    from ebm_jax.train.stages import TrainStage
+
+    settings = {k: getattr(cfg, k) for k in (
+        "hidden", "pool_size", "canonical_size", "head_steps", "boxes_per_batch",
+        "learning_rate", "weight_decay", "warmup_steps", "grad_clip")}
+    identity = {"backbone": backbone_id, "method": spec.method,
+                "num_samples": spec.num_samples, "hyperparameters": spec.hp,
+                "head": settings, "seed": ctx.seed}
+    every = max(1, cfg.head_steps // 20)
+    stage = TrainStage(spec.name, identity, cfg.head_steps, log_every=every,
+                       save_every=every * 10)
+    train = data.train
+    head = det.build_head(channels=cfg.channels, num_classes=train.num_classes,
+                          hidden=cfg.hidden, pool_size=cfg.pool_size,
+                          strides=features.strides, canonical_size=cfg.canonical_size,
+                          key=ctx.key("head", "init"))  # the same start for every head
+    opt = optax.chain(
+        *([optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip else []),
+        optax.add_decayed_weights(cfg.weight_decay),
+        optax.sgd(warmup_step_decay(cfg.learning_rate, cfg.head_steps, cfg.warmup_steps),
+                  momentum=0.9))
+    graphdef, state = create_train_state(head, opt, stage.key(ctx, "train"))
+    loss_fn = make_detection_loss(spec.method, spec.num_samples, **spec.hp)
+    step = make_train_step(graphdef, loss_fn, opt, ctx.mesh)
+    index = det.box_index(train)
+    check_detection_batch(train.boxes[index[:, 0], index[:, 1]],
+                          train.classes[index[:, 0], index[:, 1]],
+                          np.ones(len(index), bool), train.num_classes)
+    batches = det.box_batches(train, features, boxes_per_batch=cfg.boxes_per_batch,
+                              seed=ctx.seed_of("head", "batches"))  # the same boxes
+    state, figures = stage.run(ctx, state, step, batches)
+    return stage, stage.full_identity, figures, merge_model(graphdef, state)

@@ -1,0 +1,348 @@
+"""The 1D EBM-regression comparison of "How to Train Your Energy-Based Model for
+Regression" (sec. 4.1): Table 1 (D_KL of nine training methods on two datasets) and,
+with `sweep_m`, Figure 2 (D_KL against the number of samples M).
+
+    ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick
+
+Plan: one training stage per method x dataset (x M in Figure 2 mode), each an ensemble
+of `num_models` networks (`ebm_jax.train.ensemble`) on the same training set per
+dataset; each ensemble's models scored by D_KL to the exact ground truth on a grid x
+grid grid (`ebm_jax.eval.density`, cached beside the stage); the table reports the mean
+of the `top_k` best models of each ensemble. Stages are named `<method>-d<dataset>`
+plus `-M<M>` for methods that draw M samples (so Table 1 and Figure 2 share the stages
+they have in common), and keyed by the method and dataset only: all M of one method
+start from the same initialisations and batch orders (common random numbers), which
+makes Figure 2's curves compare M rather than draws.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from ebm_jax import checks
+from ebm_jax.config import Checks, ConfigError
+from ebm_jax.data import toy1d
+from ebm_jax.energy import BETA_SCALES, make_loss
+from ebm_jax.report import Report
+from ebm_jax.train.stages import RunContext, TrainStage
+
+METHODS = ("ml-is", "ml-mcmc-1", "ml-mcmc-16", "ml-mcmc-256", "kld-is", "nce", "sm",
+           "dsm", "nce+")  # Table 1's order; any ml-mcmc-L (L >= 1) is accepted
+PLOT_GRID = 512  # resolution of the density plots (the D_KL uses `grid`)
+
+
+def mcmc_steps(method: str) -> int | None:
+    """L of "ml-mcmc-L", or None for another method name."""
+    tail = method.removeprefix("ml-mcmc-")
+    if tail == method:
+        return None
+    return int(tail) if tail.isdigit() and int(tail) >= 1 else 0
+
+
+def _valid_method(method: str) -> bool:
+    return method in METHODS or bool(mcmc_steps(method))
+
+
+def check_method(method: str) -> str:
+    """`method` if it names a Table 1 method (or ml-mcmc-L, L >= 1); else ValueError."""
+    if not _valid_method(method):
+        raise ValueError(f"method must be one of {list(METHODS)} (or ml-mcmc-L with an "
+                         f"integer L >= 1), got {method!r}")
+    return method
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One run of the 1D comparison. The method hyperparameters are Table 1's (set in
+    the config files); the per-dataset pairs are (dataset 1, dataset 2).
+
+    `top_k` larger than an ensemble (`num_models`, or `mcmc_models` for ML-MCMC-L with
+    L >= 16) is an error, not clamped: set it to at most the smallest ensemble."""
+
+    methods: tuple[str, ...]
+    datasets: tuple[int, ...]
+    num_models: int  # ensemble size (independent initialisations) per method x dataset
+    epochs: int
+    num_samples: int  # M for ML-IS, KLD-IS, NCE, NCE+ and DSM
+    mcmc_samples: int  # M (parallel chains per example) for ML-MCMC-L
+    top_k: int  # the table reports the mean D_KL of the top_k best models
+    # Table 1 hyperparameters (the paper's sec. 4.1)
+    is_sigmas: tuple[float, float]  # ML-IS, KLD-IS: proposal mixture standard deviations
+    kld_label_sigma: float  # KLD-IS: the label distribution's standard deviation
+    nce_sigmas: tuple[float, float]  # NCE, NCE+: noise mixture standard deviations
+    nce_plus_beta: float  # NCE+: the label perturbation p_beta
+    nce_plus_beta_scale: str  # "std" (the authors' 1D code) or "variance" (eq. 15)
+    langevin_step: tuple[float, float]  # ML-MCMC: Langevin step size alpha per dataset
+    dsm_sigma: tuple[float, float]  # DSM: noise standard deviation per dataset
+    mcmc_models: int | None = None  # ensemble size for ML-MCMC-L, L >= 16 (None: num_models)
+    num_train: int = 2000
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    grid: int = 2048  # D_KL evaluation grid, grid x grid on [-3, 3]^2
+    sweep_m: tuple[int, ...] = ()  # Figure 2 mode when non-empty: train every method at each M
+    save_every_epochs: int = 5
+    seed: int = 0
+    reference_kl: tuple[tuple[str, float], ...] = ()  # the paper's D_KL per method
+    reference_seconds_per_epoch: tuple[tuple[str, float], ...] = ()  # the paper's, its GPU
+
+    def __post_init__(self):
+        for name in ("methods", "datasets", "sweep_m", "is_sigmas", "nce_sigmas",
+                     "langevin_step", "dsm_sigma", "reference_kl",
+                     "reference_seconds_per_epoch"):
+            v = getattr(self, name)  # lists from Python users; one name as a 1-tuple
+            object.__setattr__(self, name, (v,) if isinstance(v, (str, int, float))
+                               else tuple(v))
+        c = Checks(self)
+        bad = [m for m in self.methods if not _valid_method(m)]
+        if bad or not self.methods:
+            raise ConfigError(f"--config.methods must be a non-empty list drawn from "
+                              f"{list(METHODS)} (or ml-mcmc-L with an integer L >= 1), "
+                              f"got {list(self.methods)!r}")
+        c.each_in("datasets", toy1d.DATASETS)
+        for name in ("num_models", "epochs", "num_samples", "mcmc_samples", "top_k",
+                     "num_train", "batch_size", "save_every_epochs"):
+            c.int_range(name, 1)
+        c.int_range("grid", 2)
+        if self.mcmc_models is not None:
+            c.int_range("mcmc_models", 1)
+        c.positive("learning_rate")
+        c.positive("kld_label_sigma")
+        c.positive("nce_plus_beta")
+        c.one_of("nce_plus_beta_scale", BETA_SCALES)
+        for name in ("is_sigmas", "nce_sigmas", "langevin_step", "dsm_sigma"):
+            v = getattr(self, name)
+            if len(v) != 2 or not all(isinstance(s, (int, float)) and not isinstance(
+                    s, bool) and math.isfinite(s) and s > 0 for s in v):
+                raise ConfigError(f"--config.{name} must be two finite numbers > 0, "
+                                  f"got {v!r}")
+        if any(isinstance(m, bool) or not isinstance(m, int) or m < 1
+               for m in self.sweep_m):
+            raise ConfigError(f"--config.sweep_m must be integers >= 1, got "
+                              f"{self.sweep_m!r}")
+        if self.sweep_m and "sm" in self.methods:
+            raise ConfigError("--config.methods: sm draws no samples, so it has no place "
+                              "in the M sweep (--config.sweep_m); remove it")
+        for name, size in self.ensemble_sizes().items():
+            if self.top_k > size:
+                raise ConfigError(f"--config.top_k must be at most {name} ({size}), got "
+                                  f"{self.top_k}: the table averages the top_k best "
+                                  "models of each ensemble")
+        c.seed()
+
+    def ensemble_sizes(self) -> dict[str, int]:
+        """{field: ensemble size} of the ensembles this config trains."""
+        sizes = {"num_models": self.num_models}
+        if self.mcmc_models is not None and any(
+                (mcmc_steps(m) or 0) >= 16 for m in self.methods):
+            sizes["mcmc_models"] = self.mcmc_models
+        return sizes
+
+    def models_for(self, method: str) -> int:
+        if self.mcmc_models is not None and (mcmc_steps(method) or 0) >= 16:
+            return self.mcmc_models
+        return self.num_models
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def method_loss(cfg: Config, method: str, dataset: int,
+                num_samples: int | None = None) -> tuple[str, dict]:
+    """(loss name for `make_loss`, hyperparameters) of a Table 1 method on a dataset;
+    `num_samples` replaces the config's M (Figure 2)."""
+    toy1d.check_dataset(dataset)
+    m = cfg.num_samples if num_samples is None else num_samples
+    i = dataset - 1
+    if method == "ml-is":
+        return "ml-is", dict(sigmas=cfg.is_sigmas, num_samples=m)
+    if method == "kld-is":
+        return "kld-is", dict(sigmas=cfg.is_sigmas, label_sigma=cfg.kld_label_sigma,
+                              num_samples=m)
+    if method == "nce":
+        return "nce", dict(sigmas=cfg.nce_sigmas, num_samples=m)
+    if method == "nce+":
+        return "nce+", dict(sigmas=cfg.nce_sigmas, beta=cfg.nce_plus_beta,
+                            beta_scale=cfg.nce_plus_beta_scale, num_samples=m)
+    if method == "sm":
+        return "sm", {}
+    if method == "dsm":
+        return "dsm", dict(sigma=cfg.dsm_sigma[i], num_samples=m)
+    if mcmc_steps(method):
+        chains = cfg.mcmc_samples if num_samples is None else num_samples
+        return "ml-mcmc", dict(num_steps=mcmc_steps(method),
+                               step_size=cfg.langevin_step[i], num_samples=chains)
+    raise ValueError(f"method must be one of {list(METHODS)} (or ml-mcmc-L), "
+                     f"got {method!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One method on one dataset (at one M): its loss and its training stage."""
+
+    method: str
+    dataset: int
+    loss: str
+    hyperparameters: dict
+    num_models: int
+    stage: TrainStage
+
+    @property
+    def num_samples(self) -> int | None:
+        return self.hyperparameters.get("num_samples")
+
+    @property
+    def family(self) -> str:
+        """The name its keys derive from (the same for every M)."""
+        return f"{self.method}-d{self.dataset}"
+
+
+def plan(cfg: Config) -> list[Job]:
+    """Every stage of the run, in the order they train."""
+    steps = math.ceil(cfg.num_train / cfg.batch_size)
+    jobs = []
+    sweep = cfg.sweep_m or (None,)
+    for m in sweep:
+        for d in cfg.datasets:
+            for method in cfg.methods:
+                loss, hp = method_loss(cfg, method, d, m)
+                n = cfg.models_for(method)
+                name = f"{method}-d{d}" + (f"-M{hp['num_samples']}" if hp else "")
+                identity = {"experiment": "regression1d", "method": method, "dataset": d,
+                            "loss": loss, "hyperparameters": hp,
+                            "num_samples": hp.get("num_samples"), "num_models": n,
+                            "epochs": cfg.epochs, "batch_size": cfg.batch_size,
+                            "learning_rate": cfg.learning_rate,
+                            "num_train": cfg.num_train, "seed": cfg.seed}
+                stage = TrainStage(name, identity, num_steps=cfg.epochs * steps,
+                                   log_every=steps, save_every=cfg.save_every_epochs * steps)
+                jobs.append(Job(method, d, loss, hp, n, stage))
+    return jobs
+
+
+# --------------------------------------------------------------------------- check
+
+
+def check(cfg: Config, ctx: RunContext) -> None:
+    """Everything that can fail before training: devices against the batch, memory
+    (from the sizes alone, before any data is drawn), and every loss built once."""
+    from ebm_jax.eval.density import grid_scores_bytes
+    from ebm_jax.train.ensemble import ensemble_bytes
+
+    if cfg.batch_size % ctx.num_devices:
+        raise ValueError(f"--devices ({ctx.num_devices}) must divide --config.batch_size "
+                         f"({cfg.batch_size})")
+    jobs = plan(cfg)
+    worst = max(jobs, key=lambda j: j.num_models * ((j.num_samples or 0) + 1))
+    checks.fits_in_memory(
+        f"training {worst.stage.name} ({worst.num_models} models x batch "
+        f"{cfg.batch_size} x M={worst.num_samples or 0}, {cfg.num_train} examples)",
+        ensemble_bytes(worst.num_models, cfg.batch_size, worst.num_samples or 0,
+                       cfg.num_train),
+        hint="lower --config.num_models, --config.num_samples, --config.mcmc_samples, "
+             "--config.sweep_m or --config.num_train")
+    checks.fits_in_memory(f"the D_KL evaluation on a {cfg.grid} x {cfg.grid} grid",
+                          grid_scores_bytes(cfg.grid), hint="lower --config.grid")
+    for job in jobs:
+        make_loss(job.loss, **job.hyperparameters)
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _train_and_score(cfg: Config, ctx: RunContext, job: Job, data) -> tuple[dict, object]:
+    """Trains (or resumes) one stage and scores its models; returns (record, the best
+    model's p(y|x) on the plot grid or None)."""
+    import jax
+
+    from ebm_jax.eval.density import conditional_density, evaluate_kl, top_k_summary
+    from ebm_jax.train.ensemble import energy_fn, ensemble_training
+
+    x, y = data
+    setup = ensemble_training(
+        x, y, make_loss(job.loss, **job.hyperparameters), num_models=job.num_models,
+        init_key=ctx.key(job.family, "init"), train_key=ctx.key(job.family, "train"),
+        batch_key=ctx.key(job.family, "batches"), batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate, mesh=ctx.mesh)
+    state, figures = job.stage.run(ctx, setup.state, setup.step_fn, setup.batches)
+    params = jax.device_get(state.params)
+    energy = energy_fn(setup.graphdef)
+    stage_dir = job.stage.dir(ctx)
+
+    def score():
+        kls, best = evaluate_kl(energy, params, job.dataset, cfg.grid)
+        return {"kl": kls, "best": best}
+
+    scored = ctx.cached(stage_dir, f"kl-grid{cfg.grid}",
+                        {**job.stage.full_identity, "grid": cfg.grid}, score)
+    density = None
+    if scored["best"] is not None and not cfg.sweep_m:
+        best = jax.tree.map(lambda a: a[scored["best"]], params)
+        density = conditional_density(energy, best, min(cfg.grid, PLOT_GRID))
+    spe = figures.seconds_per_step
+    record = {
+        "method": job.method, "dataset": job.dataset, "num_samples": job.num_samples,
+        "num_models": job.num_models, "epochs": cfg.epochs, "loss": job.loss,
+        "hyperparameters": job.hyperparameters, "stage": stage_dir.name,
+        **top_k_summary(scored["kl"], cfg.top_k), "best_model": scored["best"],
+        # the loss is summed over the ensemble: / N is the mean model's loss
+        "final_loss": None if figures.final_loss is None
+        else figures.final_loss / job.num_models,
+        "seconds_per_epoch": None if spe is None
+        else spe * setup.steps_per_epoch / job.num_models,
+        "compile_seconds": figures.compile_seconds, "train_seconds": figures.seconds,
+    }
+    return record, density
+
+
+def run(cfg: Config, ctx: RunContext) -> Report:
+    """Trains and scores every stage of `plan(cfg)`; returns Table 1 (or Figure 2)."""
+    from ebm_jax.report import regression1d as rep
+
+    data = {d: toy1d.sample(ctx.key(f"toy1d-d{d}", "data"), d, cfg.num_train)
+            for d in cfg.datasets}
+    records, densities = [], {}
+    for job in plan(cfg):
+        t0 = time.time()
+        record, density = _train_and_score(cfg, ctx, job, data[job.dataset])
+        records.append(record)
+        if density is not None:
+            densities.setdefault(job.dataset, []).append((f"{job.method} (best model)",
+                                                          density))
+        ctx.log(f"{job.stage.name}: D_KL top-{cfg.top_k} {_num(record['kl_top_k'])}, "
+                f"{_num(record['seconds_per_epoch'])} s/epoch/model "
+                f"({time.time() - t0:.0f} s)")
+    settings = (f"{cfg.num_models} models x {cfg.epochs} epochs, batch {cfg.batch_size}, "
+                f"lr {cfg.learning_rate:g}, {cfg.num_train} training pairs, D_KL on a "
+                f"{cfg.grid} x {cfg.grid} grid, mean of the top {cfg.top_k}, seed "
+                f"{cfg.seed}")
+    if cfg.sweep_m:
+        markdown = ("# Figure 2: D_KL against M (1D regression)\n\n" + settings
+                    + "; datasets " + ", ".join(map(str, cfg.datasets)) + " averaged.\n\n"
+                    + rep.figure2_markdown(records))
+        figures = {"figure2_kl_against_m.png": lambda: rep.plot_kl_against_m(records)}
+        return Report({"tables": {"figure2": records}}, markdown + "\n", figures)
+    reference_kl = dict(cfg.reference_kl)
+    reference_spe = dict(cfg.reference_seconds_per_epoch)
+    markdown = ("# Table 1: 1D regression, D_KL to the ground truth\n\n" + settings
+                + f"; M = {cfg.num_samples}, ML-MCMC with {cfg.mcmc_samples} chains. "
+                "Paper D_KL: the two datasets averaged; paper s/epoch: the authors' "
+                "GPU.\n\n"
+                + rep.table1_markdown(records, cfg.datasets, reference_kl, reference_spe))
+    plot_grid = min(cfg.grid, PLOT_GRID)
+    figures = {}
+    for d, panels in densities.items():
+        figures[f"density_dataset{d}.png"] = (
+            lambda d=d, panels=panels: rep.plot_densities(
+                d, toy1d.ground_truth_grid(d, plot_grid, plot_grid), panels))
+    payload = {"tables": {"table1": records},
+               "reference": {"kl": reference_kl, "seconds_per_epoch": reference_spe}}
+    return Report(payload, markdown + "\n", figures)
+
+
+def _num(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+__all__ = ["METHODS", "Config", "check", "check_method", "method_loss", "plan", "run"]

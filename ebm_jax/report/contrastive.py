@@ -1,0 +1,114 @@
+"""Tables and the feature plot of the contrastive experiments (linear evaluation of
+frozen encoders, He et al. 2020, sec. 4.1; Wu et al. 2018, sec. 4.1).
+
+Each table row is a dict with the run's `name`, `method`, `momentum`, `queue_size`,
+the linear-evaluation figures (`linear_accuracy`, `few_label_accuracy`,
+`knn_accuracy`) and the pretraining figures (`images_per_second`, `seconds`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ebm_jax.report.tables import fmt, markdown_table
+
+TITLES = {
+    "main": "Linear evaluation of frozen features",
+    "momentum": "Momentum ablation (MoCo, K = {K})",
+    "mechanism": "Mechanism ablation (same encoder, loss temperature and schedule)",
+    "queue": "Queue size K (MoCo, m = {m})",
+}
+
+
+def row_label(table: str, r: Mapping, batch_size: int) -> str:
+    """The first column of a row: the method, or the ablated setting."""
+    if r["method"] in ("random", "supervised"):
+        return r["method"]
+    if table == "momentum":
+        return f"m = {r['momentum']:g}"
+    if table == "queue":
+        return f"K = {r['queue_size']}"
+    if table == "mechanism":
+        k = batch_size - 1 if r["method"] == "end-to-end" else r["queue_size"]
+        return f"{r['method']} (K = {k})"
+    return r["method"]
+
+
+def table_markdown(table: str, rows: Sequence[Mapping], *, batch_size: int,
+                   few_labels: int, queue_size: int, momentum: float,
+                   reference: Mapping[str, str] | None = None) -> str:
+    """One table as Markdown; a "paper" column when `reference` ({row label: the
+    paper's figure}) names one of its rows."""
+    labels = [row_label(table, r, batch_size) for r in rows]
+    reference = dict(reference or {})
+    with_ref = any(lab in reference for lab in labels)
+    headers = ["encoder" if table == "main" else "run", "linear acc. %",
+               f"linear acc. %, {few_labels} labels/class", "kNN acc. %",
+               "pretrain img/s", "pretrain s"]
+    body = []
+    for lab, r in zip(labels, rows):
+        body.append([lab, fmt(r["linear_accuracy"], ".1f", 100),
+                     fmt(r["few_label_accuracy"], ".1f", 100),
+                     fmt(r["knn_accuracy"], ".1f", 100),
+                     fmt(r.get("images_per_second"), ".0f"), fmt(r.get("seconds"), ".0f")]
+                    + ([reference.get(lab, "")] if with_ref else []))
+    if with_ref:
+        headers.append("paper %")
+    title = TITLES[table].format(K=queue_size, m=momentum)
+    return f"### {title}\n\n" + markdown_table(headers, body,
+                                               align="l" + "r" * (len(headers) - 1))
+
+
+def report_markdown(tables: Mapping[str, Sequence[Mapping]], *, title: str,
+                    batch_size: int, few_labels: int, queue_size: int, momentum: float,
+                    reference: Mapping[str, str] | None = None,
+                    reference_note: str = "") -> str:
+    """Every table under one heading; the paper's figures (`reference`) beside the
+    rows they belong to, explained by `reference_note`."""
+    parts = [f"## {title}", ""]
+    for name, rows in tables.items():
+        parts.append(table_markdown(name, rows, batch_size=batch_size,
+                                    few_labels=few_labels, queue_size=queue_size,
+                                    momentum=momentum, reference=reference))
+    if reference and reference_note:
+        parts.append(reference_note + "\n")
+    return "\n".join(parts)
+
+
+def embedding_figure(features: Mapping[str, np.ndarray], labels: np.ndarray, *,
+                     method: str = "tsne", seed: int = 0):
+    """One panel per encoder: a 2-D t-SNE (scikit-learn, on the first 50 principal
+    components) or PCA of its test features, coloured by class. Returns the Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if method not in ("tsne", "pca"):
+        raise ValueError(f"method must be 'tsne' or 'pca', got {method!r}")
+    fig, axes = plt.subplots(1, len(features), figsize=(4 * len(features), 4))
+    axes = np.atleast_1d(axes)
+    sc = None
+    for ax, (name, f) in zip(axes, features.items()):
+        f = np.asarray(f, np.float64)
+        x = (f - f.mean(0)) / (f.std(0) + 1e-6)
+        _, _, vt = np.linalg.svd(x, full_matrices=False)
+        if method == "tsne":
+            from sklearn.manifold import TSNE
+
+            x50 = x @ vt[: min(50, x.shape[1])].T
+            perplexity = min(30.0, max(2.0, (len(x) - 1) / 3))
+            xy = TSNE(2, init="pca", random_state=seed,
+                      perplexity=perplexity).fit_transform(x50)
+        else:
+            xy = x @ vt[:2].T
+        sc = ax.scatter(xy[:, 0], xy[:, 1], c=labels, cmap="tab10", s=6)
+        ax.set_title(name)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(sc, ax=list(axes), shrink=0.8, label="class")
+    name = {"tsne": "t-SNE", "pca": "PCA"}[method]
+    fig.suptitle(f"{name} of frozen test features")
+    return fig

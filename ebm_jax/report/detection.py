@@ -1,0 +1,214 @@
+"""Tables and figures of the detection experiment (the paper's sec. 4.2): Table 2
+(methods), Figures 3 and 4 (AP and ML-IS training cost against M), Figure 5 (NCE+
+against beta) and Table 3 (NCE sigmas).
+
+Each row is one head stage: {"stage", "method", "num_samples", "hyperparameters",
+"finite", "seconds_per_iteration", "final_loss", and, when evaluated, "initial", "nms"
+and "refined" ({"AP", "AP50", "AP75"} in [0, 1]), "refine_seconds", "num_boxes"}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ebm_jax.report.tables import markdown_table
+
+TITLES = {"table2": "Table 2: methods", "m": "Figures 3 and 4: AP (and s / iter) against M",
+          "beta": "Figure 5: NCE+ against beta", "sigma": "Table 3: NCE sigmas"}
+
+
+def ap(row: dict, which: str, key: str = "AP") -> str:
+    """A row's AP in % (one decimal), or n/a when it was not evaluated."""
+    return f"{100 * row[which][key]:.1f}" if which in row else "n/a"
+
+
+def _m_cell(row: dict | None, method: str) -> str:
+    if row is None:
+        return "-"
+    if not row["finite"]:
+        return "NaN"
+    cost = row["seconds_per_iteration"]
+    return ap(row, "refined") + (f" ({cost:.3f}s)" if method == "ml-is" and cost else "")
+
+
+def _table2(rows, reference) -> str:
+    first = next((r for r in rows if "initial" in r), None)
+    parts = []
+    if first:
+        parts.append(f"Detector boxes (initial): AP {ap(first, 'initial')}, AP50 "
+                     f"{ap(first, 'initial', 'AP50')}, AP75 {ap(first, 'initial', 'AP75')}.\n")
+    paper = {m: v for m, *v in reference}
+    body = []
+    for r in rows:
+        gain = (f"{100 * (r['refined']['AP'] - r['initial']['AP']):+.1f}"
+                if "refined" in r else "n/a")
+        sp = r["seconds_per_iteration"]
+        body.append([r["method"].upper(), r["num_samples"], ap(r, "refined"),
+                     ap(r, "refined", "AP50"), ap(r, "refined", "AP75"), ap(r, "nms"), gain,
+                     f"{sp:.3f}" if sp else "n/a",
+                     " / ".join(f"{v:.1f}" for v in paper.get(r["method"], ())) or "-"])
+    parts.append(markdown_table(["method", "M", "AP", "AP50", "AP75", "AP after guided NMS",
+                                 "gain (AP)", "s / iter", "paper AP / AP50 / AP75"], body))
+    return "\n".join(parts)
+
+
+def _sweep_m(rows) -> str:
+    ms = sorted({r["num_samples"] for r in rows})
+    body = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        cells = {r["num_samples"]: r for r in rows if r["method"] == method}
+        body.append([method.upper()] + [_m_cell(cells.get(m), method) for m in ms])
+    return markdown_table(["method"] + [f"M={m}" for m in ms], body)
+
+
+def _sweep_beta(rows) -> str:
+    body = [[r["method"].upper(), r["hyperparameters"].get("beta", "-"), ap(r, "refined"),
+             ap(r, "refined", "AP50"), ap(r, "refined", "AP75")] for r in rows]
+    return markdown_table(["run", "beta", "AP", "AP50", "AP75"], body)
+
+
+def _paper_sigma(reference, sigmas) -> float | None:
+    """The paper's AP of a sigma set: reference rows are (sigma_1, sigma_2, sigma_3, AP)."""
+    for *sig, value in reference:
+        if np.allclose(sig, sigmas):
+            return value
+    return None
+
+
+def _sweep_sigma(rows, reference) -> str:
+    body = []
+    for r in rows:
+        sig = r["hyperparameters"]["sigmas"]
+        paper = _paper_sigma(reference, sig)
+        body.append([", ".join(f"{s:g}" for s in sig), ap(r, "refined"),
+                     ap(r, "refined", "AP50"), ap(r, "refined", "AP75"),
+                     f"{paper:.2f}" if paper is not None else "-"])
+    return markdown_table(["sigmas", "AP", "AP50", "AP75", "paper (val AP)"], body)
+
+
+def detection_markdown(tables: dict[str, list[dict]], info: dict, *,
+                       reference_table2: Sequence = (), reference_table3: Sequence = ()) -> str:
+    """The Markdown of a run: `info` holds the data and settings shown in the header
+    (name, data, num_train, num_val, image_size, pool_size, channels, hidden,
+    head_steps, boxes_per_batch, refine_steps, wall_seconds, devices)."""
+    i = info
+    parts = [f"# Detection box refinement ({i['data']} data, {i['name']})\n",
+             f"{i['num_train']} training and {i['num_val']} val images at "
+             f"{i['image_size']}px; head: PrRoIPool {i['pool_size']}x{i['pool_size']} on "
+             f"{i['channels']} channels, FC {i['hidden']}, {i['head_steps']} steps of "
+             f"{i['boxes_per_batch']} boxes; T = {i['refine_steps']} refinement steps. "
+             "AP in %, COCO evaluator.\n"]
+    for name, rows in tables.items():
+        parts.append(f"## {TITLES[name]}\n")
+        if name == "table2":
+            parts.append(_table2(rows, reference_table2))
+        elif name == "m":
+            parts.append(_sweep_m(rows))
+        elif name == "beta":
+            parts.append(_sweep_beta(rows))
+        elif name == "sigma":
+            parts.append(_sweep_sigma(rows, reference_table3))
+    if "wall_seconds" in i:
+        parts.append(f"Wall time {i['wall_seconds']:.0f} s on {i['devices']} device(s).\n")
+    return "\n".join(parts)
+
+
+def _refined(rows) -> list[float]:
+    return [100 * r["refined"]["AP"] if "refined" in r else np.nan for r in rows]
+
+
+def _plot_table2(rows):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(rows) + 2), 3.8))
+    x = np.arange(len(rows))
+    ax.bar(x - 0.2, [100 * r["initial"]["AP"] if "initial" in r else np.nan for r in rows],
+           0.4, label="detector (initial)", color="gray")
+    ax.bar(x + 0.2, _refined(rows), 0.4, label="refined", color="C0")
+    ax.set_xticks(x, [r["method"].upper() for r in rows], rotation=30)
+    ax.set_ylabel("AP (%)")
+    ax.set_title("Table 2: AP before and after refinement")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _plot_m(rows):
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for method in dict.fromkeys(r["method"] for r in rows):
+        rs = sorted((r for r in rows if r["method"] == method), key=lambda r: r["num_samples"])
+        a.plot([r["num_samples"] for r in rs], _refined(rs), "o-", label=method.upper())
+        if method == "ml-is":
+            b.plot([r["num_samples"] for r in rs],
+                   [r["seconds_per_iteration"] or np.nan for r in rs], "o-", color="C0")
+    first = next((r for r in rows if "initial" in r), None)
+    if first:
+        a.axhline(100 * first["initial"]["AP"], color="gray", ls="--", label="initial")
+    for ax in (a, b):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M")
+    a.set_ylabel("AP after refinement (%)")
+    a.set_title("Figure 3: AP against M")
+    a.legend()
+    b.set_ylabel("training s / iteration")
+    b.set_title("Figure 4: ML-IS training cost")
+    fig.tight_layout()
+    return fig
+
+
+def _plot_beta(rows):
+    import matplotlib.pyplot as plt
+
+    plus = sorted((r for r in rows if r["method"] == "nce+"),
+                  key=lambda r: r["hyperparameters"]["beta"])
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    ax.plot([r["hyperparameters"]["beta"] for r in plus], _refined(plus), "o-",
+            label="NCE+")
+    for r in rows:
+        if r["method"] == "nce" and "refined" in r:
+            ax.axhline(100 * r["refined"]["AP"], color="C1", ls="--", label="NCE")
+    ax.set_xlabel("beta")
+    ax.set_ylabel("AP after refinement (%)")
+    ax.set_title("Figure 5: NCE+ against beta")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def _plot_sigma(rows, reference):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    x = [r["hyperparameters"]["sigmas"][0] for r in rows]
+    ax.plot(x, _refined(rows), "o-", label="this run")
+    paper = [_paper_sigma(reference, r["hyperparameters"]["sigmas"]) for r in rows]
+    if any(p is not None for p in paper):
+        ax.plot(x, [np.nan if p is None else p for p in paper], "s--", color="gray",
+                label="paper (COCO)")
+    ax.set_xscale("log")
+    ax.set_xlabel("sigma_1 (sigmas = sigma_1, 2 sigma_1, 4 sigma_1)")
+    ax.set_ylabel("AP after refinement (%)")
+    ax.set_title("Table 3: NCE against its sigmas")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def detection_figures(tables: dict[str, list[dict]], *,
+                      reference_table3: Sequence = ()) -> dict[str, Callable]:
+    """{file name: make_figure} of the run's tables (for `Report.figures`)."""
+    figures: dict[str, Callable] = {}
+    if "table2" in tables:
+        figures["table2_methods.png"] = lambda: _plot_table2(tables["table2"])
+    if "m" in tables:
+        figures["figure3_4_m.png"] = lambda: _plot_m(tables["m"])
+    if "beta" in tables:
+        figures["figure5_beta.png"] = lambda: _plot_beta(tables["beta"])
+    if "sigma" in tables:
+        figures["table3_sigmas.png"] = lambda: _plot_sigma(tables["sigma"],
+                                                           reference_table3)
+    return figures

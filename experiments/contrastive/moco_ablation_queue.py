@@ -1,0 +1,36 @@
+"""ebm-jax run experiments/contrastive/moco_ablation_queue.py:quick
+
+MoCo queue-size ablation (He et al. 2020, sec. 4.1, Fig. 3, MoCo curve): dictionary size K.
+
+MoCo with momentum m and every queue size K of queue_values; linear evaluation of each
+frozen encoder between the random floor and the supervised ceiling. In the paper
+(ImageNet, ResNet-50, Fig. 3) MoCo's accuracy grows with K up to K = 65536.
+
+Variants: quick (digits, ResNet-18 width 16, K in {64, 256, 1024}, about 5 min on 2 CPU
+cores), tiny (seconds; the tests), cifar (MoCo's single-device CIFAR-10 recipe; needs
+--config.data_root=<folder of cifar-10-batches-py> and a GPU).
+"""
+
+from ebm_jax.recipes.contrastive import Config
+
+VARIANTS = ("quick", "tiny", "cifar")
+
+TABLES = ("queue",)
+
+
+def get_config(variant: str) -> Config:
+    if variant == "tiny":
+        return Config(
+            main="moco", tables=TABLES, data="digits", num_train=96, num_test=40,
+            arch="resnet4", image_size=8, width=4, dim=8, batch_size=32, epochs=1, queue_size=64,
+            instdisc_noise=16, linear_epochs=3, knn_k=10, few_labels=2, plot="none",
+            momentum_values=(0.0, 0.99), queue_values=(32, 64))
+    if variant == "cifar":
+        return Config(
+            main="moco", tables=TABLES, data="cifar10", image_size=32, width=64,
+            dim=128, batch_size=512, epochs=200, learning_rate=0.06, weight_decay=5e-4,
+            temperature=0.1, momentum=0.99, queue_size=4096, num_splits=8,
+            augment="cifar", instdisc_noise=4096, bank_init="random", few_labels=100,
+            momentum_values=(0.0, 0.9, 0.99, 0.999), queue_values=(512, 4096, 16384),
+            plot="none")
+    return Config(main="moco", tables=TABLES, plot="none")

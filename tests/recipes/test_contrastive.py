@@ -1,0 +1,252 @@
+"""The contrastive recipe end to end: every tiny config of experiments/contrastive/
+through `run_experiment` in ONE work directory (the random, supervised and default MoCo
+stages are shared between the files and train once), resume, and the bad inputs."""
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ebm_jax.config import ConfigError, load_config
+from ebm_jax.recipes import contrastive_stages as rc
+from ebm_jax.recipes import run_experiment
+from ebm_jax.train import CheckpointError, load_stage_params
+from ebm_jax.train.stages import RunContext
+
+ROOT = Path(__file__).parents[2]
+CONFIGS = ROOT / "experiments" / "contrastive"
+FILES = ("moco_linear_eval", "instdisc_linear_eval", "moco_ablation_momentum",
+         "moco_ablation_mechanism", "moco_ablation_queue")
+
+
+def tiny(name: str, *overrides: str):
+    return load_config(f"{CONFIGS / name}.py:tiny", overrides)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Runs every tiny config once in one work directory; returns (workdir, {file:
+    (report, out)})."""
+    root = tmp_path_factory.mktemp("contrastive")
+    workdir = root / "runs"
+    runs = {}
+    for name in FILES:
+        out = root / "out" / name
+        report = run_experiment(tiny(name), workdir=workdir, out=out, progress=False,
+                                log=lambda s: None)
+        runs[name] = (report, out)
+    return workdir, runs
+
+
+def _stage_dirs(workdir, name):
+    """Stage directories of run `name` (`<name>-<8 hex>`)."""
+    return sorted(p for p in workdir.iterdir()
+                  if p.name.startswith(name + "-") and len(p.name) == len(name) + 9)
+
+
+def _accuracies_in_range(rows):
+    for r in rows:
+        for k in ("linear_accuracy", "few_label_accuracy", "knn_accuracy"):
+            assert 0.0 <= r[k] <= 1.0, (r["name"], k)
+
+
+def test_moco_linear_eval_writes_tables_and_figure(shared):
+    workdir, runs = shared
+    report, out = runs["moco_linear_eval"]
+    payload = json.loads((out / "results.json").read_text())
+    main = payload["tables"]["main"]
+    assert [r["name"] for r in main] == ["random", "moco-m0.99-k64", "supervised"]
+    assert main[0]["method"] == "random" and main[0]["steps"] == 0
+    _accuracies_in_range(main)
+    moco = main[1]
+    assert moco["steps"] == 3 and np.isfinite(moco["final_loss"])
+    assert moco["images_per_second"] is None or moco["images_per_second"] > 0
+    md = (out / "results.md").read_text()
+    assert "Linear evaluation" in md and "| moco |" in md and "2 labels/class" in md
+    assert (out / "moco_features.png").stat().st_size > 1000
+    assert payload["ebm_jax"]["config"]["main"] == "moco"
+    for stage in ("moco-m0.99-k64", "supervised"):
+        (d,) = _stage_dirs(workdir, stage)
+        assert (d / "checkpoints").is_dir(), stage
+    (lin,) = _stage_dirs(workdir, "moco-m0.99-k64-linear")
+    assert (lin / "result.json").is_file() and (lin / "classifier.npz").is_file()
+
+
+def test_instdisc_linear_eval(shared):
+    _, runs = shared
+    report, out = runs["instdisc_linear_eval"]
+    main = report.tables()["main"]
+    assert [r["name"] for r in main] == ["random", "instdisc", "supervised"]
+    _accuracies_in_range(main)
+    assert np.isfinite(main[1]["final_loss"])
+    assert (out / "instdisc_features.png").stat().st_size > 1000
+
+
+def test_ablation_tables(shared):
+    _, runs = shared
+    momentum, out = runs["moco_ablation_momentum"]
+    assert list(momentum.tables()) == ["momentum"]
+    assert [r["momentum"] for r in momentum.tables()["momentum"]] == [0.0, 0.99]
+    md = (out / "results.md").read_text()
+    assert "Momentum ablation" in md and "m = 0 " in md and "paper %" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| m = 0.99 |"))
+    assert row.rstrip().endswith("| 57.8 |")
+    assert "| fails |" in md and "| random |" in md and "| supervised |" in md
+    assert not list(out.glob("*.png"))  # plot="none"
+
+    mechanism, out = runs["moco_ablation_mechanism"]
+    assert [r["name"] for r in mechanism.tables()["mechanism"]] == [
+        "end-to-end", "memory-bank-k64", "moco-m0.99-k64"]
+    md = (out / "results.md").read_text()
+    for text in ("Mechanism ablation", "end-to-end (K = 31)", "memory-bank (K = 64)"):
+        assert text in md, text
+
+    queue, out = runs["moco_ablation_queue"]
+    assert [r["queue_size"] for r in queue.tables()["queue"]] == [32, 64]
+    assert "K = 32" in (out / "results.md").read_text()
+    for rep in (momentum, mechanism, queue):
+        for rows in rep.tables().values():
+            _accuracies_in_range(rows)
+
+
+def test_shared_stages_train_once(shared):
+    workdir, runs = shared
+    for name in ("random-linear", "supervised", "supervised-linear", "moco-m0.99-k64",
+                 "moco-m0.99-k64-linear"):
+        assert len(_stage_dirs(workdir, name)) == 1, name
+    # the same figures wherever the shared run appears
+    sup = [rep.payload["ceiling"]["linear_accuracy"] for rep, _ in runs.values()]
+    assert len(set(sup)) == 1
+    moco = runs["moco_linear_eval"][0].tables()["main"][1]
+    assert runs["moco_ablation_queue"][0].tables()["queue"][1] == moco
+
+
+def test_rerun_resumes_without_training(shared, tmp_path, monkeypatch):
+    workdir, runs = shared
+    before, _ = runs["moco_linear_eval"]
+    metrics = {p: p.read_text() for p in workdir.glob("*/metrics.jsonl")}
+    # a copy of the work directory, spelled relatively from another directory
+    moved = tmp_path / "moved"
+    shutil.copytree(workdir, moved)
+    monkeypatch.chdir(tmp_path)
+    names = sorted(p.name for p in moved.iterdir())
+    again = run_experiment(tiny("moco_linear_eval", "plot=none"), workdir="moved",
+                           progress=False, log=lambda s: None)
+    assert again.tables() == before.tables()
+    assert sorted(p.name for p in moved.iterdir()) == names  # no new stage
+    for p, text in metrics.items():  # nothing trained: no step recorded
+        assert (moved / p.parent.name / p.name).read_text() == text, p.parent.name
+
+
+def test_checkpoint_of_another_architecture_is_refused(shared):
+    workdir, _ = shared
+    cfg = tiny("instdisc_linear_eval")
+    ctx = RunContext(workdir, seed=cfg.seed, lock=False, progress=False)
+    data = rc.load_data(cfg, ctx)
+    spec = rc.default_spec("instdisc", cfg)
+    assert rc.load_encoder(spec, cfg, data, ctx).width == 4
+    wider = dataclasses.replace(cfg, width=8)
+    from flax import nnx
+
+    built = rc.build_model(spec, wider, data, ctx)
+    _, params, _ = nnx.split(built.model, built.trainable, ...)
+    stage = rc.pretrain_stage(spec, cfg, data, ctx).dir(ctx).name
+    with pytest.raises(CheckpointError, match="shape"):
+        load_stage_params(workdir, stage, params)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _refused(tmp_path, cfg, match, **kw):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=match):
+        run_experiment(cfg, workdir=tmp_path / "runs", out=out, progress=False,
+                       log=lambda s: None, **kw)
+    assert not out.exists()
+    return tmp_path / "runs"
+
+
+def test_data_root_must_be_a_directory(tmp_path):
+    a_file = tmp_path / "cifar.tar"
+    a_file.write_text("not a folder")
+    _refused(tmp_path, tiny("moco_linear_eval", "data=cifar10", f"data_root={a_file}"),
+             r"--config.data_root must be a directory, got the file .*cifar.tar")
+    _refused(tmp_path, tiny("moco_linear_eval", "data=cifar10",
+                            f"data_root={tmp_path / 'nowhere'}"),
+             r"--config.data_root .*nowhere does not exist")
+    _refused(tmp_path, tiny("moco_linear_eval", "data=cifar10"),
+             r"--config.data=cifar10 needs --config.data_root")
+
+
+def test_queue_size_must_be_a_multiple_of_the_batch(tmp_path):
+    _refused(tmp_path, tiny("moco_linear_eval", "queue_size=48"),
+             r"moco-m0.99-k48: queue size K must be divisible by the batch size 32, "
+             r"got 48")
+    _refused(tmp_path, tiny("moco_ablation_queue", "queue_values=16,64"),
+             r"queue size K must be >= the batch size 32, got 16")
+
+
+def test_batch_must_divide_over_devices_and_splits(tmp_path):
+    _refused(tmp_path, tiny("moco_linear_eval"),
+             r"--config.batch_size 32 must be divisible by --devices 3", devices=3)
+    _refused(tmp_path, tiny("moco_linear_eval", "num_splits=5"),
+             r"divisible by --config.num_splits 5")
+
+
+def test_sizes_beyond_memory_are_refused_before_loading_data(tmp_path, monkeypatch):
+    def no_data(*a, **k):
+        raise AssertionError("data loaded before the memory check")
+
+    monkeypatch.setattr(rc, "load_data", no_data)
+    _refused(tmp_path, tiny("moco_linear_eval", f"queue_size={32 * 2**34}"),
+             r"the queue of moco-m0.99-k549755813888 \(K 549755813888 x dim 8\) needs "
+             r"about .* GiB, more than")
+    _refused(tmp_path, tiny("instdisc_linear_eval", f"dim={2**34}"),
+             r"the memory bank of instdisc \(96 training images x dim 17179869184\)")
+    _refused(tmp_path, tiny("instdisc_linear_eval", "batch_size=2147483648"),
+             r"the activations of a batch of 2147483648")
+
+
+def test_bad_settings_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match=r"--config.tables must be a non-empty list "
+                       r"drawn from \['main', 'momentum', 'mechanism', 'queue'\]"):
+        tiny("moco_linear_eval", "tables=main,speed")
+    with pytest.raises(ConfigError, match=r"--config.momentum must be a number in"):
+        tiny("moco_linear_eval", "momentum=1.5")
+    with pytest.raises(ConfigError, match=r"--config.temperature must be a finite"):
+        tiny("moco_linear_eval", "temperature=0")
+    with pytest.raises(ConfigError, match=r"--config.momentum_values must be numbers"):
+        tiny("moco_ablation_momentum", "momentum_values=0.9,2")
+    with pytest.raises(ConfigError, match=r"--config.main must be one of"):
+        tiny("moco_linear_eval", "main=simclr")
+    _refused(tmp_path, tiny("moco_linear_eval", "few_labels=50"),
+             r"--config.few_labels 50 exceeds the \d+ training images of class")
+
+
+def test_cli_prints_one_line(tmp_path, capsys):
+    from ebm_jax.cli import main
+
+    code = main(["run", f"{CONFIGS / 'moco_linear_eval.py'}:tiny", "--config.queue_size=48",
+                 "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "o"),
+                 "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "queue size K must be divisible by the batch size 32" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_moco_shuffles_batch_norm_across_two_devices(tmp_path):
+    """With 2 devices MoCo runs its loss per device (shuffled BN across devices) and
+    the run trains, checkpoints and evaluates like the one-device run."""
+    report = run_experiment(tiny("moco_linear_eval", "plot=none"), workdir=tmp_path,
+                            devices=2, progress=False, log=lambda s: None)
+    moco = report.tables()["main"][1]
+    assert np.isfinite(moco["final_loss"]) and 0.0 <= moco["linear_accuracy"] <= 1.0
+    (d,) = _stage_dirs(tmp_path, "moco-m0.99-k64")
+    assert os.path.isdir(d / "checkpoints")
