@@ -1,5 +1,5 @@
 """Eager PyTorch baseline for the 1D benchmark: the same network, losses and Adam step,
-written from the paper's equations (seed 000, eqs. 5, 7, 9-10, 12-14, 16).
+written from the paper's equations (Gustafsson et al. 2020, eqs. 5, 7, 9-10, 12-14, 16).
 
 Standalone on purpose (imports only torch and numpy), so that it can run in a side
 environment whose Python has a CPU build of torch:

@@ -6,7 +6,8 @@
 A config file defines `get_config(variant) -> Config`, where `Config` is a frozen
 dataclass of its recipe (`ebm_jax.recipes.*`), and `VARIANTS`, the names it accepts.
 Its docstring starts with the command that runs it. Overrides are typed from the
-dataclass fields (int, float, bool, str, tuples of those, `X | None`); the dataclass
+dataclass fields (int, float, bool, str, tuples of those, tuples of tuples written
+"a,b;c,d", `X | None`); the dataclass
 validates itself in `__post_init__`, so Python users and the command line get the same
 checks. Every error is a `ConfigError` naming the file, variant or field.
 """
@@ -131,6 +132,10 @@ def parse_value(text: str, typ, field: str):
                           f"--config.{field} got {text!r}, which is none of: "
                           + "; ".join(errors))
     if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis and typing.get_origin(args[0]) is tuple:
+            # a tuple of tuples: groups separated by ";", e.g. "0.1,0.2,0.4;0.05,0.1,0.2"
+            groups = [g for g in text.split(";") if g.strip()]
+            return tuple(parse_value(g, args[0], field) for g in groups)
         items = [t for t in text.replace("(", "").replace(")", "").split(",")
                  if t.strip()]
         if len(args) == 2 and args[1] is Ellipsis:

@@ -115,3 +115,16 @@ def test_load_config_by_path_and_variant(tmp_path):
     novariants.write_text("def get_config(v):\n    return 1\n")
     with pytest.raises(ConfigError, match="defines no VARIANTS"):
         load_config(str(novariants))
+
+
+def test_tuples_of_tuples_take_semicolon_groups():
+    @dataclasses.dataclass(frozen=True)
+    class Sets:
+        sigma_sets: tuple[tuple[float, float, float], ...] = ()
+        pairs: tuple[tuple[str, float], ...] = ()
+
+    cfg = apply_overrides(Sets(), ["sigma_sets=0.1,0.2,0.4;0.05,0.1,0.2", "pairs=nce,0.5"])
+    assert cfg.sigma_sets == ((0.1, 0.2, 0.4), (0.05, 0.1, 0.2))
+    assert cfg.pairs == (("nce", 0.5),)
+    with pytest.raises(ConfigError, match="needs 3 comma-separated values"):
+        apply_overrides(Sets(), ["sigma_sets=0.1,0.2;0.3,0.4,0.5"])

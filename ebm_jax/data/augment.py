@@ -1,4 +1,5 @@
-"""Image augmentations of MoCo v1/v2 and InstDisc (seed 002) as jittable JAX functions.
+"""Image augmentations of MoCo v1/v2 and InstDisc (He et al. 2020; Wu et al. 2018) as
+jittable JAX functions.
 
 Each takes one PRNG key and one image (H, W, C) with values in [0, 1] and returns an
 image of the same value range; batches use `augment_batch`, which vmaps with one key per

@@ -1,5 +1,6 @@
-"""The two synthetic 1D datasets of seed 000 (sec. 4.1) with exact ground-truth
-densities, and the D_KL evaluation of REFERENCE.md sec. 1.
+"""The two synthetic 1D datasets of "How to Train Your Energy-Based Model for
+Regression" (sec. 4.1) with exact ground-truth
+densities, and the D_KL evaluation of that section (KL(p_gt || p_model) on a grid).
 
 Dataset 1: x ~ U(-3, 3); for x < 0, p(y|x) = 0.8 N(sin x, 0.075^2) + 0.2 N(-sin x, 0.075^2);
            for x >= 0, y + 1 ~ LogNormal(0, 0.25).

@@ -1,4 +1,4 @@
-"""Langevin dynamics chains (seed 000, eq. 9) for ML-MCMC.
+"""Langevin dynamics chains (Gustafsson et al. 2020, eq. 9) for ML-MCMC.
 
     y_(l+1) = y_(l) + (alpha^2 / 2) grad_y f(x, y_(l)) + alpha eps_l,   eps_l ~ N(0, I)
 

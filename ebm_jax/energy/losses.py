@@ -1,4 +1,5 @@
-"""The seven EBM training losses of seed 000 as pure functions of an energy.
+"""The seven EBM training losses of Gustafsson et al. 2020 ("How to Train Your EBM for
+Regression") as pure functions of an energy.
 
 Every loss takes
 

@@ -1,4 +1,4 @@
-"""Prediction by gradient ascent on f (seed 000, sec. 2.2).
+"""Prediction by gradient ascent on f (Gustafsson et al. 2020, sec. 2.2).
 
 Starting at an initial estimate y_hat, run T steps of y <- y + lambda * grad_y f(x, y)
 with per-dimension step lengths lambda (K,). With `reject_decreasing=True` (the

@@ -1,4 +1,5 @@
-"""Gaussian-mixture proposals of seed 000: p_N(y | y_i) (eqs. 4, 11) and p_beta (eq. 15).
+"""Gaussian-mixture proposals of Gustafsson et al. 2020: p_N(y | y_i) (eqs. 4, 11) and
+p_beta (eq. 15).
 
 Both are equal-weight mixtures of isotropic Gaussians over a K-dimensional target:
 

@@ -1,4 +1,4 @@
-"""The reference network f(x, y) of the 1D experiments (seed 000, sec. 4.1).
+"""The reference network f(x, y) of the 1D experiments (Gustafsson et al. 2020, sec. 4.1).
 
     x -> Linear(1, 10) -> ReLU -> Linear(10, 10) -> ReLU            (x branch)
     y -> Linear(1, 10) -> tanh                                       (y branch)

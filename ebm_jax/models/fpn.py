@@ -1,6 +1,6 @@
 """A small convolutional backbone with a feature pyramid (FPN, Lin et al. 2017), and the
 dense box head that trains it: the frozen feature levels on which the detection energy
-head pools (seed 000, sec. 4.2, where the levels come from a Faster R-CNN R50-FPN).
+head pools (Gustafsson et al. 2020, sec. 4.2, where the levels come from a Faster R-CNN R50-FPN).
 
     backbone = FeaturePyramid(widths=(32, 64), channels=32, rngs=nnx.Rngs(0))
     levels = backbone(images)        # [(N, H/4, W/4, 32), (N, H/8, W/8, 32)]

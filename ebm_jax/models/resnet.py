@@ -1,4 +1,5 @@
-"""ResNet-18 / ResNet-50 (and ResNet-10 / a ResNet-4 for tests) encoders in Flax NNX for contrastive learning (seed 002).
+"""ResNet-18 / ResNet-50 (and ResNet-10 / a ResNet-4 for tests) encoders in Flax NNX for
+contrastive learning (MoCo, He et al. 2020; InstDisc, Wu et al. 2018).
 
     enc = resnet_encoder("resnet18", small_images=True, head="linear", rngs=nnx.Rngs(0))
     z = enc(images)          # (N, 128), L2-normalised

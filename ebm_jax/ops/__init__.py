@@ -1,5 +1,5 @@
 """Differentiable operators for the detection energy head: precise RoI pooling and box
-utilities (seed 000, sec. 4.2)."""
+utilities (Gustafsson et al. 2020, "How to Train Your EBM for Regression", sec. 4.2)."""
 
 from ebm_jax.ops.boxes import (
     box_iou,

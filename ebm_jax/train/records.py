@@ -145,7 +145,10 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     run_dir = epath.Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"RUN_DIR {run_dir} is not a directory")
-    stages = sorted({p.parent for p in run_dir.rglob(METRICS)})
+    # the run itself, its stages and one level below (no recursive glob: cheap on GCS)
+    found = [run_dir / METRICS, *run_dir.glob(f"*/{METRICS}"),
+             *run_dir.glob(f"*/*/{METRICS}")]
+    stages = sorted({p.parent for p in found if p.is_file()})
     if not stages:
         raise FileNotFoundError(f"RUN_DIR {run_dir} holds no {METRICS}")
     series: dict[str, dict[str, tuple[list, list]]] = {}
