@@ -10,11 +10,9 @@ from PIL import Image
 from ebm_jax.data import detection as det
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return det.generate_dataset(tmp_path_factory.mktemp("shapes"), num_images=12,
-                                image_size=64, num_classes=3, min_size=8,
-                                annotation_noise=0.1, seed=0)
+@pytest.fixture
+def dataset(shapes_dataset):
+    return shapes_dataset
 
 
 def test_generated_dataset_is_coco_format(dataset):
@@ -61,24 +59,10 @@ def test_bad_detections_are_named(dataset):
         det.check_detections([good, 3], gt)
 
 
-def _coco(tmp_path, annotations, sizes=((40, 20),)):
-    (tmp_path / "img").mkdir()
-    images = []
-    for i, (w, h) in enumerate(sizes, 1):
-        Image.fromarray(np.full((h, w, 3), 255, np.uint8)).save(
-            tmp_path / "img" / f"{i}.png")
-        images.append({"id": i, "file_name": f"{i}.png", "width": w, "height": h})
-    path = tmp_path / "ann.json"
-    path.write_text(json.dumps({"images": images, "annotations": annotations,
-                                "categories": [{"id": 3, "name": "a"},
-                                               {"id": 7, "name": "b"}]}))
-    return path
-
-
-def test_letterboxed_coco_set(tmp_path):
+def test_letterboxed_coco_set(tmp_path, coco_folder):
     anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0},
             {"id": 2, "image_id": 1, "category_id": 3, "bbox": [0, 0, 5, 5], "iscrowd": 1}]
-    path = _coco(tmp_path, anns, sizes=((40, 20), (16, 32)))
+    path = coco_folder(anns, sizes=((40, 20), (16, 32)))
     ds = det.load_detection_set(path, tmp_path / "img", image_size=80)
     np.testing.assert_allclose(ds.scales, [2.0, 2.5])
     assert ds.num_classes == 2 and ds.category_ids == [3, 7]
@@ -94,16 +78,16 @@ def test_letterboxed_coco_set(tmp_path):
 
 @pytest.mark.parametrize("bbox, message", [([1, 1, 0, 3], "width or height <= 0"),
                                            ([1, float("nan"), 2, 3], "4 finite numbers")])
-def test_bad_annotation_names_its_id(tmp_path, bbox, message):
+def test_bad_annotation_names_its_id(tmp_path, coco_folder, bbox, message):
     anns = [{"id": 42, "image_id": 1, "category_id": 3, "bbox": bbox, "iscrowd": 0}]
-    path = _coco(tmp_path, anns)
+    path = coco_folder(anns)
     with pytest.raises(ValueError, match=f"annotation 42: .*{message}"):
         det.load_detection_set(path, tmp_path / "img", image_size=64)
 
 
-def test_a_corrupt_set_is_named_when_opened(tmp_path):
+def test_a_corrupt_set_is_named_when_opened(tmp_path, coco_folder):
     anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0}]
-    path = _coco(tmp_path, anns, sizes=((40, 20), (16, 32)))
+    path = coco_folder(anns, sizes=((40, 20), (16, 32)))
     good = path.read_text()
     path.write_text(good[:-7])
     with pytest.raises(ValueError, match=r"COCO annotation file .*ann.json is not valid "

@@ -8,11 +8,9 @@ from ebm_jax.data import detection as det
 from ebm_jax.eval.coco import coco_evaluate
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    return det.generate_dataset(tmp_path_factory.mktemp("shapes"), num_images=12,
-                                image_size=64, num_classes=3, min_size=8,
-                                annotation_noise=0.1, seed=0)
+@pytest.fixture
+def dataset(shapes_dataset):
+    return shapes_dataset
 
 
 def test_perfect_detections_score_ap_one_and_shifted_lower(dataset):
