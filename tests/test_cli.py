@@ -19,6 +19,7 @@ EXPECTED = {
     "contrastive": {"moco_linear_eval", "moco_ablation_momentum",
                     "moco_ablation_mechanism", "moco_ablation_queue",
                     "instdisc_linear_eval"},
+    "tracking": {"siamfc_box"},
 }
 
 

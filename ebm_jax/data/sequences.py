@@ -1,0 +1,402 @@
+"""Readers of tracking sequences in the GOT-10k and OTB folder layouts (real data from a
+local path, and the generated benchmark of `ebm_jax.data.tracking`), validated when the
+set is opened, so that a bad annotation or frame is one error naming the root, sequence,
+frame and rule before any training starts, never a traceback mid-training.
+
+    train = read_got10k("~/data/GOT-10k", split="train")          # list[Sequence]
+    test = read_got10k("~/data/GOT-10k", split="test", boxes="first")
+    otb = read_otb("~/data/OTB100", sequences=["David", "Jogging"])  # Jogging.1, .2
+    frame = train[0].read_frame(0)                # uint8 (H, W, 3) RGB
+
+Boxes are `(x, y, w, h)` floats in 1-indexed pixel coordinates (the GOT-10k / OTB
+convention, Wu et al. 2015, "Object Tracking Benchmark", TPAMI). Rows of frames without a
+usable box (absent target, or beyond the first frame of a GOT-10k test sequence) are NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+VERIFY_LEVELS = ("exists", "header", "full")
+BOX_MODES = ("all", "first")
+
+# OTB sequences whose annotation covers only part of the frames in `img/` (first and last
+# frame number, inclusive), as published on the benchmark's site and applied by the
+# GOT-10k toolkit's OTB loader (`got10k.datasets.OTB`).
+OTB_FRAME_RANGES: dict[str, tuple[int, int]] = {
+    "David": (300, 770), "Football1": (1, 74), "Freeman3": (1, 460),
+    "Freeman4": (1, 283), "Diving": (1, 215)}
+
+_FRAME_FILE = re.compile(r"^(\d+)\.(jpg|jpeg|png)$", re.IGNORECASE)
+_SEPARATORS = re.compile(r"[,\s]+")
+_OTB_ANNOTATION = re.compile(r"^groundtruth_rect(?:\.(\d+))?\.txt$")
+
+
+class SequenceError(ValueError):
+    """A tracking set that cannot be used as it is; the message names the root, the
+    sequence, the frame or file, and the rule that failed."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sequence:
+    """One annotated video: frame paths in order and per-frame annotations."""
+
+    name: str
+    frames: tuple[str, ...]
+    boxes: np.ndarray  # (N, 4) float64 x, y, w, h; NaN rows where no box
+    image_size: tuple[int, int]  # (height, width)
+    absent: np.ndarray  # (N,) bool
+    cover: np.ndarray | None = None  # (N,) int 0..8
+    visible_ratio: np.ndarray | None = None  # (N,) float in [0, 1]
+    points: np.ndarray | None = None  # (N, 2) x, y
+    noisy_points: np.ndarray | None = None  # (N, 2) x, y
+
+    def __post_init__(self):
+        n = len(self.frames)
+        shapes = {"boxes": (n, 4), "absent": (n,), "cover": (n,), "visible_ratio": (n,),
+                  "points": (n, 2), "noisy_points": (n, 2)}
+        for field, shape in shapes.items():
+            value = getattr(self, field)
+            if value is not None and np.shape(value) != shape:
+                raise SequenceError(f"sequence {self.name!r}: {field} must have shape "
+                                    f"{shape} ({n} frames), got {np.shape(value)}")
+        if n == 0:
+            raise SequenceError(f"sequence {self.name!r} has no frames")
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    @property
+    def visible(self) -> np.ndarray:
+        """(N,) bool: cover > 0 where cover labels exist (GOT-10k), else not absent."""
+        return self.cover > 0 if self.cover is not None else ~self.absent
+
+    def sparse_box_frames(self, every: int) -> np.ndarray:
+        """Indices 0, T, 2T, ... < N of the frames that keep their box when only a box
+        every T frames is annotated (SoCL, sec. 3.3, "Scale Regression-based Tracking")."""
+        if isinstance(every, bool) or int(every) != every or every < 1:
+            raise SequenceError(f"every must be an integer >= 1, got {every!r}")
+        return np.arange(0, len(self), int(every))
+
+    def read_frame(self, i: int) -> np.ndarray:
+        """Frame `i` (0-based) as uint8 (H, W, 3) RGB; greyscale frames get 3 channels."""
+        if isinstance(i, bool) or int(i) != i or not 0 <= i < len(self):
+            raise SequenceError(f"sequence {self.name!r}: frame index must be an integer "
+                                f"in [0, {len(self) - 1}], got {i!r}")
+        path = self.frames[int(i)]
+        try:
+            with Image.open(path) as image:
+                pixels = np.asarray(image.convert("RGB"))
+        except Exception as error:  # PIL raises many types on corrupt files
+            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({path}): "
+                                f"cannot decode the image ({error})") from error
+        if pixels.shape[:2] != tuple(self.image_size):
+            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({path}): "
+                                f"image is {pixels.shape[0]}x{pixels.shape[1]} (HxW), the "
+                                f"sequence's frames are {self.image_size[0]}x"
+                                f"{self.image_size[1]}")
+        return pixels
+
+
+def _expand(root) -> Path:
+    return Path(os.path.expanduser(os.fspath(root))).absolute()
+
+
+def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise SequenceError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _list_frames(where: str, folder: Path, start: int | None) -> list[Path]:
+    """Numbered image files of `folder`, sorted; the numbering must be contiguous (from
+    `start` when given)."""
+    numbered: dict[int, Path] = {}
+    for entry in os.scandir(folder):
+        match = _FRAME_FILE.match(entry.name)
+        if match and entry.is_file():
+            k = int(match.group(1))
+            if k in numbered:
+                raise SequenceError(f"{where}, frame {k}: two files ({numbered[k].name}, "
+                                    f"{entry.name}); rule: one image file per frame")
+            numbered[k] = folder / entry.name
+    if not numbered:
+        raise SequenceError(f"{where}: no frames (numbered .jpg/.png files) in {folder}; "
+                            "rule: a sequence has at least one frame")
+    numbers = sorted(numbered)
+    first = numbers[0] if start is None else start
+    expected = np.arange(first, first + len(numbers))
+    if not np.array_equal(numbers, expected):
+        gap = int(expected[np.argmax(np.asarray(numbers) != expected)])
+        raise SequenceError(f"{where}, frame {gap}: the frame file is missing in {folder} "
+                            f"(files run {numbers[0]}..{numbers[-1]}); rule: frames are "
+                            f"numbered {first}, {first + 1}, ... without gaps")
+    return [numbered[k] for k in numbers]
+
+
+def _read_table(where: str, path: Path, columns: int) -> np.ndarray:
+    """Rows of `columns` numbers separated by commas, tabs or spaces; errors name the
+    line."""
+    try:
+        lines = path.read_text().strip().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SequenceError(f"{where}: cannot read {path} ({error})") from error
+    rows = np.empty((len(lines), columns), np.float64)
+    for j, line in enumerate(lines):
+        fields = [f for f in _SEPARATORS.split(line.strip()) if f]
+        try:
+            if len(fields) != columns:
+                raise ValueError(f"{len(fields)} fields")
+            rows[j] = [float(f) for f in fields]
+        except ValueError as error:
+            raise SequenceError(f"{where}: {path.name} line {j + 1} ({line.strip()!r}) "
+                                f"does not parse ({error}); rule: {columns} numbers per "
+                                "line separated by commas, tabs or spaces") from error
+    return rows
+
+
+def _read_label(where: str, path: Path, n: int, *, columns: int = 1, low=None, high=None,
+                integer: bool = False) -> np.ndarray | None:
+    if not path.is_file():
+        return None
+    values = _read_table(where, path, columns)
+    if len(values) != n:
+        raise SequenceError(f"{where}, frame {min(len(values), n) + 1}: {path.name} has "
+                            f"{len(values)} lines but the sequence has {n} frames; rule: "
+                            "one line per frame")
+    if low is not None:
+        bad = ~((values >= low) & (values <= high))
+        if integer:
+            bad |= values != np.round(values)
+        if bad.any():
+            j = int(np.argmax(bad.any(axis=1)))
+            kind = "integers" if integer else "values"
+            raise SequenceError(f"{where}, frame {j + 1}: {path.name} line {j + 1} is "
+                                f"{values[j].tolist()}; rule: {kind} in [{low}, {high}]")
+    values = values.astype(np.int64) if integer else values
+    return values[:, 0] if columns == 1 else values
+
+
+def _check_frames(where: str, frames: list[Path], verify: str) -> tuple[int, int]:
+    """Opens each frame's header (or only the first with verify="exists"; decodes it with
+    "full"); all must be readable and of one size. Returns (height, width)."""
+    size = None
+    for i, path in enumerate(frames if verify != "exists" else frames[:1]):
+        try:
+            with Image.open(path) as image:
+                if verify == "full":
+                    image.load()
+                this = image.size
+        except Exception as error:  # PIL raises many types on corrupt files
+            stage = "decode" if verify == "full" else "header"
+            raise SequenceError(f"{where}, frame {i + 1} ({path}): unreadable image "
+                                f"{stage} ({error}); rule: every frame is a readable "
+                                "image") from error
+        if size is None:
+            size = this
+        elif this != size:
+            raise SequenceError(f"{where}, frame {i + 1} ({path}): image is {this[1]}x"
+                                f"{this[0]} (HxW) but frame 1 is {size[1]}x{size[0]}; "
+                                "rule: all frames of a sequence have one size")
+    return size[1], size[0]
+
+
+def _clean_boxes(where: str, frames: list[Path], boxes: np.ndarray, exempt: np.ndarray,
+                 annotation: str) -> np.ndarray:
+    """NaN for the rows that may lack a box (`exempt`); any other NaN or w/h <= 0 box is
+    an error. The first frame must always have a valid box."""
+    invalid = ~np.isfinite(boxes).all(axis=1) | ~(boxes[:, 2] > 0) | ~(boxes[:, 3] > 0)
+    exempt = exempt.copy()
+    exempt[0] = False
+    bad = invalid & ~exempt
+    if bad.any():
+        i = int(np.argmax(bad))
+        rule = ("the first frame needs a valid box" if i == 0 else "boxes are finite with "
+                "w, h > 0 except in frames marked absent (absence.label 1 or cover 0)")
+        raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {annotation} line "
+                            f"{i + 1} is {boxes[i].tolist()}; rule: {rule}")
+    return np.where(invalid[:, None], np.nan, boxes)
+
+
+def _got10k_names(root: Path, sequences) -> list[str]:
+    list_file = root / "list.txt"
+    if list_file.is_file():
+        lines = list_file.read_text().splitlines()
+        names = [line.strip() for line in lines if line.strip()]
+        source = f"{list_file}"
+    else:
+        names = sorted(e.name for e in os.scandir(root)
+                       if e.is_dir() and (Path(e.path) / "groundtruth.txt").is_file())
+        source = f"{root} (no list.txt; sub-directories holding a groundtruth.txt)"
+    if not names:
+        raise SequenceError(f"{root}: no sequences found in {source}; rule: a set has at "
+                            "least one sequence")
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise SequenceError(f"{root}: {source} names sequences {twice} more than once")
+    for name in names:
+        if not (root / name).is_dir():
+            raise SequenceError(f"{root}: {source} names sequence {name!r}, but the "
+                                f"directory {root / name} does not exist")
+    return _select(root, names, sequences)
+
+
+def _select(root: Path, names: list[str], sequences, groups: Mapping | None = None):
+    if sequences is None:
+        return names
+    wanted = [sequences] if isinstance(sequences, str) else list(sequences)
+    if not wanted:
+        raise SequenceError(f"{root}: sequences is empty; rule: select at least one "
+                            "sequence (or pass None for all)")
+    groups = groups or {}
+    unknown = [s for s in wanted if s not in names and s not in groups]
+    if unknown:
+        raise SequenceError(f"{root}: unknown sequences {unknown}; available: "
+                            f"{names[:20]}{' ...' if len(names) > 20 else ''}")
+    chosen: list[str] = []
+    for s in wanted:
+        for name in groups.get(s, [s]):
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | None = None,
+                boxes: str = "all", verify: str = "header") -> list[Sequence]:
+    """GOT-10k layout (Huang et al. 2019, "GOT-10k", TPAMI; the toolkit's folder format):
+    `root[/split]/list.txt` (else the sorted sub-directories holding a groundtruth.txt);
+    per sequence `%08d.jpg` frames numbered from 1, `groundtruth.txt` (x,y,w,h per line),
+    optional `absence.label`, `cover.label`, and the generated benchmark's
+    `visible_ratio.txt`, `points.txt`, `noisy_points.txt`.
+
+    boxes="all" needs one box per frame; boxes="first" (the GOT-10k test split) needs at
+    least the first, the other rows become NaN. `sequences` keeps only these names, in
+    this order. verify: "exists" (the frame files exist; the first one's header gives
+    the size), "header" (also open every frame's header: readable, one size per
+    sequence; no decoding), "full" (decode every frame)."""
+    _check_choice("boxes", boxes, BOX_MODES)
+    _check_choice("verify", verify, VERIFY_LEVELS)
+    root = _expand(root)
+    if split is not None:
+        root = root / split
+    if not root.is_dir():
+        raise SequenceError(f"{root}: the GOT-10k root directory does not exist")
+    out = []
+    for name in _got10k_names(root, sequences):
+        folder, where = root / name, f"{root}: sequence {name!r}"
+        frames = _list_frames(where, folder, start=1)
+        n = len(frames)
+        if not (folder / "groundtruth.txt").is_file():
+            raise SequenceError(f"{where}: {folder / 'groundtruth.txt'} does not exist")
+        table = _read_table(where, folder / "groundtruth.txt", 4)
+        if len(table) > n:
+            raise SequenceError(f"{where}, frame {n + 1} ({n + 1:08d}.jpg): the frame file "
+                                f"is missing: groundtruth.txt has {len(table)} rows but "
+                                f"there are {n} frames; rule: one frame per annotation")
+        if boxes == "all" and len(table) != n:
+            raise SequenceError(f"{where}, frame {len(table) + 1}: groundtruth.txt has "
+                                f"{len(table)} rows but there are {n} frames; rule: one "
+                                "box per frame (boxes='all')")
+        if len(table) == 0:
+            raise SequenceError(f"{where}, frame 1: groundtruth.txt is empty; rule: the "
+                                "first frame needs a box")
+        box_rows = np.full((n, 4), np.nan)
+        box_rows[:len(table)] = table
+        absence = _read_label(where, folder / "absence.label", n, low=0, high=1,
+                              integer=True)
+        cover = _read_label(where, folder / "cover.label", n, low=0, high=8, integer=True)
+        ratio = _read_label(where, folder / "visible_ratio.txt", n, low=0.0, high=1.0)
+        points = _read_label(where, folder / "points.txt", n, columns=2)
+        noisy = _read_label(where, folder / "noisy_points.txt", n, columns=2)
+        absent = absence.astype(bool) if absence is not None else np.zeros(n, bool)
+        exempt = absent | (cover == 0 if cover is not None else False)
+        if boxes == "first":
+            exempt = exempt | (np.arange(n) > 0)
+        box_rows = _clean_boxes(where, frames, box_rows, exempt, "groundtruth.txt")
+        out.append(Sequence(name, tuple(map(str, frames)), box_rows,
+                            _check_frames(where, frames, verify), absent, cover, ratio,
+                            points, noisy))
+    return out
+
+
+def _otb_targets(root: Path) -> tuple[dict[str, tuple[Path, Path]], dict[str, list[str]]]:
+    """Sequence name -> (folder, annotation file); folder -> its sequence names. Empty
+    annotation files are skipped (OTB's Human4 has an empty groundtruth_rect.1.txt); a
+    folder with several annotated targets (Jogging, Skating2) gives `<Seq>.<k>`, k from
+    `groundtruth_rect.<k>.txt`, as the GOT-10k toolkit names them."""
+    targets: dict[str, tuple[Path, Path]] = {}
+    groups: dict[str, list[str]] = {}
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if not entry.is_dir() or not (Path(entry.path) / "img").is_dir():
+            continue
+        found = []
+        for f in sorted(os.listdir(entry.path)):
+            match = _OTB_ANNOTATION.match(f)
+            path = Path(entry.path) / f
+            if match and path.is_file() and path.read_text().strip():
+                found.append((int(match.group(1) or 0), path))
+        found.sort()
+        for k, path in found:
+            name = entry.name if len(found) == 1 else f"{entry.name}.{k}"
+            targets[name] = (Path(entry.path), path)
+            groups.setdefault(entry.name, []).append(name)
+    return targets, groups
+
+
+def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "header",
+             frame_ranges: Mapping[str, tuple[int, int]] = OTB_FRAME_RANGES
+             ) -> list[Sequence]:
+    """OTB layout (Wu et al. 2015, "Object Tracking Benchmark", TPAMI): `root/<Seq>/img/`
+    numbered frames (`%04d.jpg`) and `groundtruth_rect.txt` (x,y,w,h separated by commas,
+    tabs or spaces), one row per frame. Known quirks: `frame_ranges` (first, last frame
+    number, matched case-insensitively; default OTB_FRAME_RANGES, e.g. David 300-770)
+    restricts a sequence to the frames its annotation covers; folders with two targets
+    (Jogging, Skating2: groundtruth_rect.1.txt / .2.txt) give Jogging.1 and Jogging.2.
+    `sequences` may name a folder to select all its targets. OTB has no absence labels,
+    so every box must be valid. verify as in `read_got10k`."""
+    _check_choice("verify", verify, VERIFY_LEVELS)
+    root = _expand(root)
+    if not root.is_dir():
+        raise SequenceError(f"{root}: the OTB root directory does not exist")
+    targets, groups = _otb_targets(root)
+    if not targets:
+        raise SequenceError(f"{root}: no sequences found (sub-directories with img/ and "
+                            "a non-empty groundtruth_rect*.txt); rule: a set has at least "
+                            "one sequence")
+    ranges = {k.lower(): v for k, v in frame_ranges.items()}
+    out = []
+    for name in _select(root, list(targets), sequences, groups):
+        folder, annotation = targets[name]
+        where = f"{root}: sequence {name!r}"
+        frame_range = ranges.get(folder.name.lower())
+        frames = _list_frames(where, folder / "img", None)
+        if frame_range is not None:
+            first, last = frame_range
+            numbers = [int(_FRAME_FILE.match(p.name).group(1)) for p in frames]
+            if numbers[0] > first or numbers[-1] < last:
+                k = first if numbers[0] > first else numbers[-1] + 1
+                raise SequenceError(f"{where}, frame {k}: the frame file is missing in "
+                                    f"{folder / 'img'} (files run {numbers[0]}.."
+                                    f"{numbers[-1]}); rule: the annotated range is frames "
+                                    f"{first}..{last}")
+            frames = frames[first - numbers[0]:last - numbers[0] + 1]
+        table = _read_table(where, annotation, 4)
+        if len(table) != len(frames):
+            span = (f"frames {frame_range[0]}..{frame_range[1]}" if frame_range else
+                    f"{len(frames)} frames in img/")
+            raise SequenceError(f"{where}, frame {min(len(table), len(frames)) + 1}: "
+                                f"{annotation.name} has {len(table)} rows but the "
+                                f"sequence has {span}; rule: one box per frame (a sequence "
+                                "annotated on part of its frames needs an entry in "
+                                "frame_ranges)")
+        n = len(frames)
+        box_rows = _clean_boxes(where, frames, table, np.zeros(n, bool), annotation.name)
+        out.append(Sequence(name, tuple(map(str, frames)), box_rows,
+                            _check_frames(where, frames, verify), np.zeros(n, bool)))
+    return out
