@@ -1,5 +1,6 @@
 """Flax NNX models. Models never import losses."""
 
+from ebm_jax.models.alexnet import SiamFCAlexNet, alexnet_flops
 from ebm_jax.models.contrastive import (
     ENCODER_PARAMS,
     QUERY_PARAMS,
@@ -15,5 +16,5 @@ from ebm_jax.models.norm import SplitBatchNorm
 from ebm_jax.models.resnet import ResNetEncoder
 
 __all__ = ["ENCODER_PARAMS", "QUERY_PARAMS", "DetectionEnergyHead", "InstDisc", "MoCo",
-           "ResNetEncoder", "Siamese", "SplitBatchNorm", "Supervised", "ToyEnergyMLP",
-           "count_parameters", "make_contrastive_model", "refine_boxes"]
+           "ResNetEncoder", "Siamese", "SiamFCAlexNet", "SplitBatchNorm", "Supervised", "ToyEnergyMLP",
+           "alexnet_flops", "count_parameters", "make_contrastive_model", "refine_boxes"]

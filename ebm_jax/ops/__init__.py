@@ -1,5 +1,6 @@
-"""Differentiable operators for the detection energy head: precise RoI pooling and box
-utilities (Gustafsson et al. 2020, "How to Train Your EBM for Regression", sec. 4.2)."""
+"""Differentiable operators: precise RoI pooling and box utilities of the detection
+energy head (Gustafsson et al. 2020, "How to Train Your EBM for Regression", sec. 4.2),
+and the cross-correlation of Siamese trackers (Bertinetto et al. 2016, sec. 2.2)."""
 
 from ebm_jax.ops.boxes import (
     box_iou,
@@ -16,6 +17,7 @@ from ebm_jax.ops.prroi_pool import (
     prroi_pool,
     prroi_pool_fpn,
 )
+from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
 
 __all__ = [
     "bin_weights",
@@ -28,5 +30,7 @@ __all__ = [
     "prroi_pool",
     "prroi_pool_fpn",
     "xywh_to_xyxy",
+    "xcorr",
+    "xcorr_broadcast",
     "xyxy_to_xywh",
 ]

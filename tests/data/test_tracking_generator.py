@@ -10,6 +10,7 @@ from PIL import Image
 
 from ebm_jax.data import tracking as trk
 from ebm_jax.data import tracking_render as render
+from ebm_jax.data import tracking_shapes as shapes
 
 SMALL = dict(num_sequences=2, num_frames=24, height=72, width=96)
 # rare events made frequent so that a few short sequences hold all of them
@@ -126,12 +127,12 @@ def test_box_is_the_rendered_mask_bounding_box():
                 rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
                 edges = np.array([cols[0], rows[0], cols[-1] + 1, rows[-1] + 1]) / k - 0.5
                 np.testing.assert_allclose(edges, truth, atol=tol, err_msg=f"{i} {t} {k}")
-    assert kinds == set(render.SHAPE_KINDS) and checked > 60
+    assert kinds == set(shapes.SHAPE_KINDS) and checked > 60
 
 
-def _plan(target_pose, front_pose=None, front_shape=render.Shape("ellipse"), n=1):
+def _plan(target_pose, front_pose=None, front_shape=shapes.Shape("ellipse"), n=1):
     poses = np.tile(np.asarray(target_pose, float), (n, 1))
-    target = render.ObjectTrack(render.Shape("ellipse"), poses, "coins", (0, 0, 100, 100))
+    target = render.ObjectTrack(shapes.Shape("ellipse"), poses, "coins", (0, 0, 100, 100))
     front = () if front_pose is None else (render.ObjectTrack(
         front_shape, np.tile(np.asarray(front_pose, float), (n, 1)), "camera",
         (0, 0, 100, 100)),)
@@ -150,7 +151,7 @@ def test_hand_computed_boxes_and_visible_fractions():
     np.testing.assert_allclose(frame.box[:2] - 1 + (frame.box[2:] - 1) / 2, [30, 20])
     # a rotated ellipse: half extents sqrt((a cos)^2 + (b sin)^2), sqrt((a sin)^2 + (b cos)^2)
     a, b, phi = 12.0, 5.0, 0.4
-    box = render.shape_box(render.Shape("ellipse"), (30.0, 20.0, a, b, phi))
+    box = shapes.shape_box(shapes.Shape("ellipse"), (30.0, 20.0, a, b, phi))
     hx, hy = math.hypot(a * math.cos(phi), b * math.sin(phi)), math.hypot(a * math.sin(phi),
                                                                           b * math.cos(phi))
     np.testing.assert_allclose(box, [30 - hx + 1.5, 20 - hy + 1.5, 2 * hx, 2 * hy], atol=1e-4)
@@ -171,26 +172,26 @@ def test_hand_computed_boxes_and_visible_fractions():
     side = 40.0 * 2 ** (0.5 - 1 / 8)
     half = render.render_frame(_plan((30.0, 20.0, 8.0, 8.0, 0.0),
                                      (70.0, 20.0, side, side, 0.0),
-                                     render.Shape("rounded_rect", (8.0,))), 0)
+                                     shapes.Shape("rounded_rect", (8.0,))), 0)
     assert half.visible == pytest.approx(0.5, abs=0.01)
 
 
 def test_polygon_radius_lies_on_its_edges():
-    shape = render.random_shape(np.random.default_rng(3), "polygon")
+    shape = shapes.random_shape(np.random.default_rng(3), "polygon")
     k = len(shape.params) // 2
     angles, radii = np.array(shape.params[:k]), np.array(shape.params[k:])
-    np.testing.assert_allclose(render.shape_radius(shape, angles), radii, rtol=1e-9)
+    np.testing.assert_allclose(shapes.shape_radius(shape, angles), radii, rtol=1e-9)
     # the midpoint direction of each edge meets the edge: the point is collinear with it
     p = np.stack([radii * np.cos(angles), radii * np.sin(angles)], 1)
     q = np.roll(p, -1, 0)
     mid = (p + q) / 2
     theta = np.arctan2(mid[:, 1], mid[:, 0])
-    on_ray = render.shape_radius(shape, theta)[:, None] * np.stack(
+    on_ray = shapes.shape_radius(shape, theta)[:, None] * np.stack(
         [np.cos(theta), np.sin(theta)], 1)
     np.testing.assert_allclose(on_ray, mid, atol=1e-9)
-    for kind in render.SHAPE_KINDS:
-        s = render.random_shape(np.random.default_rng(1), kind)
-        r = render.shape_radius(s, np.linspace(0, 2 * np.pi, 5000))
+    for kind in shapes.SHAPE_KINDS:
+        s = shapes.random_shape(np.random.default_rng(1), kind)
+        r = shapes.shape_radius(s, np.linspace(0, 2 * np.pi, 5000))
         assert r.max() <= 1 + 1e-6 and r.min() > 0.3
 
 

@@ -1,0 +1,139 @@
+"""The AlexNet-like backbone of SiamFC in Flax NNX (Bertinetto et al. 2016, "Fully-
+Convolutional Siamese Networks for Object Tracking", sec. 2.4 and Table 1; the layer
+settings of the widely used PyTorch port, `AlexNetV1`).
+
+    net = SiamFCAlexNet(width=1.0, rngs=nnx.Rngs(0))
+    fz = net(z)        # (N, 127, 127, 3) raw 0-255 pixels -> (N, 6, 6, 256)
+    fx = net(x)        # (N, 255, 255, 3)                  -> (N, 22, 22, 256)
+
+Layers (all convolutions unpadded, "VALID"):
+conv 11x11/2 96, BN, ReLU, max-pool 3/2; conv 5x5 256 (groups 2), BN, ReLU, max-pool
+3/2; conv 3x3 384, BN, ReLU; conv 3x3 384 (groups 2), BN, ReLU; conv 3x3 256 (groups 2),
+no BN and no ReLU. Total stride 8. Batch norm: eps 1e-6, PyTorch momentum 0.05 (Flax
+momentum 0.95); it follows `model.train()` / `model.eval()`. Convolutions: Xavier-uniform
+kernels (PyTorch's fan convention for grouped kernels: fan_in = in/groups * k * k,
+fan_out = out * k * k, which is Flax's for an (k, k, in/groups, out) kernel), zero bias.
+
+`width` scales every channel count: round(width * c), rounded to an even number so
+that the two groups split evenly.
+
+A grouped convolution keeps one kernel (k, k, in/groups, out), output channels ordered
+group by group (PyTorch's and XLA's layout), but runs as one convolution per group,
+concatenated: the same numbers as XLA's `feature_group_count`, which XLA's CPU backend
+runs 2-3x slower forward and 3-5x slower backward (measured on 2 cores).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+BASE_CHANNELS = (96, 256, 384, 384, 256)
+# (kernel, stride, groups, batch norm + ReLU, max-pool 3/2 after) of the five convolutions
+LAYERS = (
+    (11, 2, 1, True, True),
+    (5, 1, 2, True, True),
+    (3, 1, 1, True, False),
+    (3, 1, 2, True, False),
+    (3, 1, 2, False, False),
+)
+TOTAL_STRIDE = 8
+BN_EPSILON = 1e-6
+BN_MOMENTUM = 0.95  # PyTorch momentum 0.05
+
+
+def alexnet_channels(width: float) -> tuple[int, ...]:
+    """Channel counts of the five convolutions at `width`: round(width * c) rounded to an
+    even number (>= 2), so that the grouped convolutions split in two."""
+    w = float(width)
+    if not (math.isfinite(w) and w > 0):
+        raise ValueError(f"width must be a finite number > 0, got {width!r}")
+    return tuple(max(2, 2 * round(w * c / 2)) for c in BASE_CHANNELS)
+
+
+def alexnet_output_size(size: int) -> int:
+    """Spatial output size of the backbone for a size x size input (VALID convolutions,
+    floor-mode pooling): 127 -> 6, 255 -> 22."""
+    s = int(size)
+    for kernel, stride, _, _, pool in LAYERS:
+        s = (s - kernel) // stride + 1
+        if pool:
+            s = (s - 3) // 2 + 1
+    return s
+
+
+def alexnet_flops(width: float, size: int) -> float:
+    """FLOPs (2 x multiply-adds) of the five convolutions of one forward pass on one
+    size x size image; batch norm, ReLU and pooling (under 1% here) are not counted."""
+    channels = alexnet_channels(width)
+    s, c_in, total = int(size), 3, 0.0
+    if s < 1:
+        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+    for (kernel, stride, groups, _, pool), c_out in zip(LAYERS, channels):
+        s = (s - kernel) // stride + 1
+        if s < 1:
+            raise ValueError(f"size {size} is too small for the backbone (needs >= 87)")
+        total += 2.0 * s * s * kernel * kernel * (c_in // groups) * c_out
+        if pool:
+            s = (s - 3) // 2 + 1
+        c_in = c_out
+    return total
+
+
+class GroupedConv(nnx.Module):
+    """A VALID convolution with `groups` groups: kernel (k, k, in/groups, out) with
+    Xavier-uniform init, zero bias; computed per group (see the module docstring)."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, groups: int, *,
+                 rngs: nnx.Rngs):
+        if c_in % groups or c_out % groups:
+            raise ValueError(f"channels {c_in} -> {c_out} must divide into {groups} groups")
+        self.stride, self.feature_group_count = int(stride), int(groups)
+        init = nnx.initializers.xavier_uniform()
+        self.kernel = nnx.Param(init(rngs.params(), (kernel, kernel, c_in // groups, c_out)))
+        self.bias = nnx.Param(jnp.zeros((c_out,)))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kernel, g = self.kernel[...], self.feature_group_count
+        c_in, c_out = x.shape[-1] // g, kernel.shape[-1] // g
+        outs = [jax.lax.conv_general_dilated(
+            x[..., i * c_in:(i + 1) * c_in], kernel[..., i * c_out:(i + 1) * c_out],
+            (self.stride, self.stride), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            for i in range(g)]
+        return (outs[0] if g == 1 else jnp.concatenate(outs, axis=-1)) + self.bias[...]
+
+
+class SiamFCAlexNet(nnx.Module):
+    """SiamFC's AlexNet backbone; see the module docstring."""
+
+    def __init__(self, *, width: float = 1.0, rngs: nnx.Rngs):
+        self.width = float(width)
+        self.channels = alexnet_channels(width)
+        convs, norms = [], []
+        c_in = 3
+        for (kernel, stride, groups, bn, _), c_out in zip(LAYERS, self.channels):
+            convs.append(GroupedConv(c_in, c_out, kernel, stride, groups, rngs=rngs))
+            norms.append(nnx.BatchNorm(c_out, momentum=BN_MOMENTUM, epsilon=BN_EPSILON,
+                                       rngs=rngs) if bn else None)
+            c_in = c_out
+        self.convs = nnx.List(convs)
+        self.norms = nnx.List(norms)
+        self.feature_dim = c_in
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x = jnp.asarray(x)
+        if x.ndim != 4 or x.shape[-1] != 3:
+            raise ValueError(f"images must have shape (N, H, W, 3), got {x.shape}")
+        if min(x.shape[1:3]) < 87:
+            raise ValueError(f"images must be at least 87 x 87 pixels, got {x.shape[1:3]}")
+        h = x.astype(jnp.float32)
+        for conv, norm, (_, _, _, _, pool) in zip(self.convs, self.norms, LAYERS):
+            h = conv(h)
+            if norm is not None:
+                h = jax.nn.relu(norm(h))
+            if pool:
+                h = nnx.max_pool(h, (3, 3), strides=(2, 2), padding="VALID")
+        return h

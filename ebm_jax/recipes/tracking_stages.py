@@ -1,0 +1,234 @@
+"""The stages of the tracking recipe (`ebm_jax.recipes.tracking`): the data, the training
+stage of each Siamese tracker, and the per-sequence evaluation cache.
+
+    <workdir>/data/<split>-<hash>             the generated benchmark (its spec + seed)
+    <workdir>/box-siam-s<seed>-<hash>         SiamFC trained on boxes (checkpoints, metrics)
+    <workdir>/eval-<tracker>-<hash>/<set>/    one JSON per sequence (boxes, seconds per
+                                              frame): a stopped evaluation resumes at the
+                                              first sequence without one
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from typing import TYPE_CHECKING
+
+import numpy as np
+from etils import epath
+
+from ebm_jax.io import atomic_write, read_json
+
+if TYPE_CHECKING:
+    from ebm_jax.recipes.tracking import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackingData:
+    """Training sequences and the evaluation sets, each with the identity of its
+    content (no paths)."""
+
+    train: list
+    eval_sets: dict  # name -> list of Sequence
+    identity: dict  # "train" and each eval set -> JSON-able identity
+
+
+def generated_specs(cfg: Config, ctx) -> dict:
+    """The `TrackingSpec` of each generated split (its seed is the run's "data" seed)."""
+    from ebm_jax.data.tracking import TrackingSpec
+
+    common = dict(num_frames=cfg.num_frames, height=cfg.frame_height,
+                  width=cfg.frame_width, point_shift=cfg.point_shift,
+                  box_every=cfg.box_every)
+    sizes = {"train": cfg.num_train_sequences, "test": cfg.num_test_sequences}
+    return {split: TrackingSpec(split=split, num_sequences=n,
+                                seed=ctx.seed_of("data", split) % 2**31, **common)
+            for split, n in sizes.items()}
+
+
+def annotation_identity(sequences) -> dict:
+    """The content identity of a real dataset: a hash of every sequence's name, frame
+    count and boxes (so that a moved dataset keeps its stages, and an edited one gets
+    new ones)."""
+    h = hashlib.sha256()
+    for s in sequences:
+        h.update(s.name.encode())
+        h.update(np.ascontiguousarray(np.nan_to_num(s.boxes, nan=-1.0), np.float64))
+        h.update(str(len(s)).encode())
+    return {"sequences": len(sequences), "annotations": h.hexdigest()[:16]}
+
+
+def open_data(cfg: Config, ctx) -> TrackingData:
+    """Generates (once) and opens the data; every reader check runs here, before any
+    training."""
+    from ebm_jax.data.sequences import read_got10k, read_otb
+    from ebm_jax.data.tracking import generate_tracking_split, spec_identity
+    from ebm_jax.train.stages import identity_hash
+
+    root = epath.Path(cfg.data_root) if cfg.data_root else ctx.workdir / "data"
+    generated, identity = {}, {}
+    for split, spec in generated_specs(cfg, ctx).items():
+        ident = spec_identity(spec)
+        dest = root / f"{split}-{identity_hash(ident)}"
+        if ctx.writer:
+            generate_tracking_split(dest, spec, progress=ctx.progress)
+        generated[split] = read_got10k(dest)
+        identity[f"generated-{split}"] = ident
+        ctx.log(f"generated {split} split: {len(generated[split])} sequences x "
+                f"{cfg.num_frames} frames of {cfg.frame_width}x{cfg.frame_height} at {dest}")
+    eval_sets = {"generated-test": generated["test"]}
+    train, identity["train"] = generated["train"], identity["generated-train"]
+    if cfg.got10k_root is not None:
+        if cfg.train_data == "got10k":
+            train = read_got10k(cfg.got10k_root, split="train")
+            identity["train"] = {"got10k-train": annotation_identity(train)}
+            ctx.log(f"GOT-10k train: {len(train)} sequences")
+        val = read_got10k(cfg.got10k_root, split="val")
+        eval_sets["got10k-val"] = val
+        identity["got10k-val"] = annotation_identity(val)
+    if cfg.otb_root is not None:
+        otb = read_otb(cfg.otb_root)
+        eval_sets["otb"] = otb
+        identity["otb"] = annotation_identity(otb)
+    return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
+
+
+def training_identity(cfg: Config, data: TrackingData, seed: int) -> dict:
+    return {"data": data.identity["train"], "width": cfg.width, "steps": cfg.steps,
+            "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
+            "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
+            "max_gap": cfg.max_gap, "settings": dataclasses.asdict(settings_of(cfg)),
+            "seed": seed}
+
+
+def settings_of(cfg: Config):
+    from ebm_jax.tracking.siamfc import SiamFCSettings
+
+    return SiamFCSettings()
+
+
+def build_model(cfg: Config, ctx, stage_name: str):
+    from flax import nnx
+
+    from ebm_jax.models.alexnet import SiamFCAlexNet
+
+    return SiamFCAlexNet(width=cfg.width, rngs=nnx.Rngs(ctx.key(stage_name, "init")))
+
+
+def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int):
+    """The Box-Siam stage of one training seed (resumes); returns (stage name, its
+    identity, StageFigures, the trained model). Its start is the random backbone
+    baseline of the same seed (`build_model` with the same stage name)."""
+    import optax
+
+    from ebm_jax.data.tracking_pairs import pair_batches
+    from ebm_jax.tracking.siamfc import make_siamfc_loss
+    from ebm_jax.train import create_train_state, make_train_step, merge_model
+    from ebm_jax.train.stages import TrainStage
+
+    name = f"box-siam-s{seed}"
+    identity = training_identity(cfg, data, seed)
+    every = max(1, cfg.steps // 20)
+    stage = TrainStage(name, identity, cfg.steps, log_every=every, save_every=every * 5)
+    model = build_model(cfg, ctx, name)
+    # the port decays the rate exponentially per epoch from lr_start to lr_end; here per
+    # step, along the same curve
+    schedule = optax.exponential_decay(cfg.lr_start, transition_steps=cfg.steps,
+                                       decay_rate=cfg.lr_end / cfg.lr_start)
+    opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay),
+                      optax.sgd(schedule, momentum=cfg.momentum))
+    graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
+    step = make_train_step(graphdef, make_siamfc_loss(settings_of(cfg)), opt, ctx.mesh)
+    s = settings_of(cfg)
+    batches = pair_batches(data.train, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
+                           seed=ctx.seed_of(name, "pairs"),
+                           exemplar_size=s.exemplar_size, search_size=s.search_size,
+                           context=s.context)
+    ctx.log(f"stage {name}: {cfg.steps} steps of {cfg.batch_size} pairs from "
+            f"{batches.num_sequences} sequences ({batches.num_frames} usable frames)")
+    state, figures = stage.run(ctx, state, step, batches)
+    return name, stage.full_identity, figures, merge_model(graphdef, state)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def static_boxes(seq) -> tuple[np.ndarray, np.ndarray]:
+    """The tracker that never moves: the first box in every frame."""
+    return np.repeat(np.asarray(seq.boxes[:1], np.float64), len(seq), axis=0), np.zeros(len(seq))
+
+
+def siamfc_runner(model, cfg: Config):
+    """`run(seq) -> (boxes, seconds)` of SiamFC with `model`'s features; compiled for
+    each frame size before its first timed frame."""
+    from ebm_jax.tracking.siamfc import make_tracker, model_embed, track_sequence
+
+    embed, params = model_embed(model)
+    tracker = make_tracker(embed, settings_of(cfg))
+    warmed: set = set()
+
+    def run(seq):
+        first = seq.read_frame(0)
+        if first.shape not in warmed:  # compile outside the timed frames
+            state = tracker.init(params, first, seq.boxes[0])
+            tracker.update(params, state, first)
+            warmed.add(first.shape)
+        frames = (seq.read_frame(i) for i in range(len(seq)))
+        return track_sequence(tracker, params, frames, seq.boxes[0])
+
+    return run
+
+
+def evaluate(ctx, tracker_name: str, identity: dict, eval_set: str, sequences, run,
+             *, progress_desc: str) -> list[dict]:
+    """Tracks every sequence (cached one JSON per sequence, so that a stopped
+    evaluation resumes); returns [{"name", "boxes", "seconds"}] in order."""
+    from tqdm.auto import tqdm
+
+    stage_dir = ctx.stage_dir(f"eval-{tracker_name}", identity)
+    set_dir = stage_dir / eval_set
+    if ctx.should_restart(set_dir) and set_dir.exists():
+        shutil.rmtree(set_dir)
+    if ctx.writer:
+        set_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(stage_dir / "identity.json", json.dumps(identity, indent=1) + "\n")
+    out = []
+    for seq in tqdm(sequences, desc=progress_desc, disable=not ctx.progress, leave=False):
+        path = set_dir / f"{seq.name}.json"
+        if path.exists():
+            rec = read_json(path, what="cached tracking result")
+            if rec.get("frames") == len(seq):
+                out.append(rec)
+                continue
+        boxes, seconds = run(seq)
+        rec = {"name": seq.name, "frames": len(seq),
+               "boxes": np.round(np.asarray(boxes, np.float64), 4).tolist(),
+               "seconds": np.asarray(seconds, np.float64).round(6).tolist()}
+        if ctx.writer:
+            atomic_write(path, json.dumps(rec) + "\n")
+        out.append(rec)
+    return out
+
+
+def scores(records: list[dict], sequences) -> dict:
+    """OTB and GOT-10k figures of one tracker on one set, its speed, and the per-sequence
+    AUCs (for paired comparisons)."""
+    from ebm_jax.eval.tracking import got10k_metrics, otb_metrics, sequence_scores
+
+    preds = [np.asarray(r["boxes"], np.float64) for r in records]
+    gts = [np.asarray(s.boxes, np.float64) for s in sequences]
+    otb = otb_metrics(preds, gts)
+    got = got10k_metrics(preds, gts, visible=[np.asarray(s.visible) for s in sequences],
+                         image_sizes=[tuple(s.image_size) for s in sequences])
+    seconds = np.concatenate([np.asarray(r["seconds"][1:], np.float64) for r in records])
+    fps = float(len(seconds) / seconds.sum()) if seconds.sum() > 0 else None
+    per_seq = [sequence_scores(p, g)["auc"] for p, g in zip(preds, gts)]
+    return {"auc": otb["auc"], "precision": otb["precision"],
+            "norm_precision": otb["norm_precision"], "ao": got["ao"], "sr50": got["sr50"],
+            "sr75": got["sr75"], "fps": fps,
+            "success_curve": list(map(float, otb["success_curve"])),
+            "precision_curve": list(map(float, otb["precision_curve"])),
+            "sequence_auc": [float(a) for a in per_seq],
+            "num_sequences": len(records), "num_frames": int(sum(len(s) for s in sequences))}

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import cv2
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ebm_jax.tracking.crops import (
+    box_to_center,
+    center_to_box,
+    crop_square,
+    crop_square_np,
+    exemplar_side,
+)
+
+
+def _frame_with_square(box, shape=(90, 120)):
+    """Grey frame with a white rectangle filling exactly the pixels of the 1-indexed xywh
+    box (integer box): columns x .. x + w - 1 (1-indexed)."""
+    frame = np.full(shape + (3,), 60, np.uint8)
+    x, y, w, h = box
+    frame[y - 1:y - 1 + h, x - 1:x - 1 + w] = 255
+    return frame
+
+
+def _bright_centroid(crop):
+    weight = np.clip(np.asarray(crop)[..., 0] - 60.0, 0, None)
+    ys, xs = np.indices(weight.shape)
+    return (weight * ys).sum() / weight.sum(), (weight * xs).sum() / weight.sum()
+
+
+def test_box_center_conventions_hand_case_and_round_trip():
+    # a 1-indexed box at x = 11, w = 4 covers pixels 10..13 (0-indexed): centre 11.5
+    cy, cx, h, w = box_to_center(np.array([11.0, 21.0, 4.0, 7.0]))
+    assert (cy, cx, h, w) == (23.0, 11.5, 7.0, 4.0)
+    boxes = np.random.default_rng(0).uniform(1, 50, size=(5, 4))
+    np.testing.assert_allclose(center_to_box(*box_to_center(boxes)), boxes, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(center_to_box(*box_to_center(jnp.asarray(boxes)))),
+                               boxes, rtol=1e-5)
+    # sqrt((w + c)(h + c)), c = (w + h) / 2
+    assert exemplar_side(7.0, 4.0) == pytest.approx(np.sqrt((4 + 5.5) * (7 + 5.5)))
+
+
+@pytest.mark.parametrize("box, out_size", [((31, 22, 9, 13), 127), ((70, 40, 20, 10), 255),
+                                           ((5, 60, 16, 16), 63)])
+def test_crop_of_a_box_is_centred_to_a_pixel(box, out_size):
+    frame = _frame_with_square(box)
+    cy, cx, h, w = box_to_center(np.asarray(box, np.float64))
+    side = exemplar_side(h, w)
+    for crop in (crop_square(frame, (cy, cx), side, out_size),
+                 crop_square_np(frame, (cy, cx), side, out_size)):
+        assert crop.shape == (out_size, out_size, 3)
+        y, x = _bright_centroid(crop)
+        centre = (out_size - 1) / 2
+        assert abs(y - centre) <= 0.5 and abs(x - centre) <= 0.5
+
+
+def test_output_centre_maps_to_the_given_point_exactly():
+    # a linear ramp is reproduced exactly by bilinear sampling: pixel (i, j) of the crop
+    # samples the frame at c + ((i, j) - (out - 1) / 2) * side / out
+    ramp = np.zeros((50, 60, 3), np.float32)
+    ramp[..., 0] = np.arange(50)[:, None]
+    ramp[..., 1] = np.arange(60)[None, :]
+    crop = np.asarray(crop_square(ramp, (20.3, 30.6), 11.0, 8))
+    offsets = (np.arange(8) - 3.5) * 11.0 / 8
+    np.testing.assert_allclose(crop[:, 0, 0], 20.3 + offsets, atol=1e-4)
+    np.testing.assert_allclose(crop[0, :, 1], 30.6 + offsets, atol=1e-4)
+
+
+def test_jax_and_opencv_crops_agree():
+    rng = np.random.default_rng(0)
+    frame = cv2.GaussianBlur(rng.integers(0, 256, (70, 90, 3)).astype(np.uint8), (0, 0), 2)
+    for center, side, out in (((30.3, 40.7), 25.3, 31), ((35.0, 45.0), 60.0, 127),
+                              ((3.2, 80.5), 50.0, 40)):  # the last one crosses borders
+        a = np.asarray(crop_square(frame, center, side, out))
+        b = crop_square_np(frame, center, side, out)
+        assert np.abs(a - b).max() < 0.05
+
+
+def test_padding_is_the_mean_colour_or_the_given_one():
+    frame = np.zeros((20, 30, 3), np.uint8)
+    frame[:, :15] = (200, 100, 0)
+    mean = frame.reshape(-1, 3).mean(0)  # (100, 50, 0)
+    far = (500.0, 500.0)  # wholly outside the frame
+    np.testing.assert_allclose(np.asarray(crop_square(frame, far, 10.0, 5)),
+                               np.broadcast_to(mean, (5, 5, 3)), atol=1e-4)
+    np.testing.assert_allclose(crop_square_np(frame, far, 10.0, 5),
+                               np.broadcast_to(mean, (5, 5, 3)), atol=1e-3)
+    np.testing.assert_allclose(np.asarray(crop_square(frame, far, 10.0, 5, pad=(1, 2, 3))),
+                               np.broadcast_to([1, 2, 3], (5, 5, 3)), atol=1e-5)
+    # a sample half a pixel beyond the edge blends edge and padding (BORDER_CONSTANT)
+    edge = np.asarray(crop_square(frame, (5.0, -0.5), 1.0, 1, pad=(0, 0, 0)))
+    np.testing.assert_allclose(edge[0, 0], [100, 50, 0], atol=1e-4)
+
+
+def test_crop_works_under_jit_and_vmap():
+    rng = np.random.default_rng(2)
+    frames = rng.integers(0, 256, (3, 40, 50, 3)).astype(np.uint8)
+    centers = np.array([[10.0, 12.5], [20.2, 30.1], [39.0, 0.0]], np.float32)
+    sides = np.array([9.0, 15.5, 30.0], np.float32)
+    batched = jax.jit(jax.vmap(crop_square, in_axes=(0, 0, 0, None)), static_argnums=3)
+    out = np.asarray(batched(frames, centers, sides, 17))
+    for i in range(3):
+        np.testing.assert_allclose(out[i], np.asarray(crop_square(frames[i], centers[i],
+                                                                  sides[i], 17)), atol=1e-4)
+
+
+def test_crop_rejects_bad_arguments():
+    frame = np.zeros((10, 10, 3), np.uint8)
+    with pytest.raises(ValueError, match="image"):
+        crop_square(np.zeros((10, 10)), (1.0, 1.0), 3.0, 5)
+    with pytest.raises(ValueError, match="out_size"):
+        crop_square(frame, (1.0, 1.0), 3.0, 0)
+    with pytest.raises(ValueError, match="center_yx"):
+        crop_square(frame, (1.0, 1.0, 2.0), 3.0, 5)
+    with pytest.raises(ValueError, match="side"):
+        crop_square_np(frame, (1.0, 1.0), -3.0, 5)
+    with pytest.raises(ValueError, match="box"):
+        box_to_center(np.zeros(3))
