@@ -37,15 +37,20 @@ def _check(z: jax.Array, x: jax.Array, z_rank: int) -> None:
                          f"{(hz, wz)}")
 
 
-def xcorr(z: jax.Array, x: jax.Array) -> jax.Array:
-    """Batched cross-correlation: out[b, i, j] = sum_{u, v, c} z[b, u, v, c] *
-    x[b, i + u, j + v, c], for z (B, hz, wz, C) and x (B, hx, wx, C) (SiamFC, sec. 2.2,
-    eq. 2), as hz * wz shifted products (see the module docstring)."""
+def _batched_pair(z, x) -> tuple[jax.Array, jax.Array]:
     z, x = jnp.asarray(z), jnp.asarray(x)
     _check(z, x, 4)
     if z.shape[0] != x.shape[0]:
         raise ValueError(f"z and x must have the same batch size, got z {z.shape} and "
                          f"x {x.shape}")
+    return z, x
+
+
+def xcorr(z: jax.Array, x: jax.Array) -> jax.Array:
+    """Batched cross-correlation: out[b, i, j] = sum_{u, v, c} z[b, u, v, c] *
+    x[b, i + u, j + v, c], for z (B, hz, wz, C) and x (B, hx, wx, C) (SiamFC, sec. 2.2,
+    eq. 2), as hz * wz shifted products (see the module docstring)."""
+    z, x = _batched_pair(z, x)
     _, hz, wz, _ = z.shape
     ho, wo = x.shape[1] - hz + 1, x.shape[2] - wz + 1
     out = None
@@ -61,11 +66,7 @@ def xcorr_grouped(z: jax.Array, x: jax.Array) -> jax.Array:
     x[b, i + u, j + v, c], for z (B, hz, wz, C) and x (B, hx, wx, C); one grouped
     convolution with feature_group_count = B (SiamFC, sec. 2.2; the port's
     `_fast_xcorr`)."""
-    z, x = jnp.asarray(z), jnp.asarray(x)
-    _check(z, x, 4)
-    if z.shape[0] != x.shape[0]:
-        raise ValueError(f"z and x must have the same batch size, got z {z.shape} and "
-                         f"x {x.shape}")
+    z, x = _batched_pair(z, x)
     b, hx, wx, c = x.shape
     # channels ordered (batch, channel): group g sees x[g]'s C channels
     lhs = jnp.transpose(x, (1, 2, 0, 3)).reshape(1, hx, wx, b * c)
