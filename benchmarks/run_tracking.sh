@@ -11,19 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/bench}
 
-if [ -z "${TORCH_PYTHON:-}" ]; then
-  TORCH_PYTHON=.venv-torch/bin/python
-  if ! "$TORCH_PYTHON" -c 'import torch, numpy' >/dev/null 2>&1; then
-    base=""
-    for p in ${TORCH_BASE_PYTHON:-} python3.11 python3.12 python3; do
-      if "$p" -c 'import sys' >/dev/null 2>&1; then base=$p; break; fi
-    done
-    [ -n "$base" ] || { echo "error: no Python for the PyTorch baseline (set TORCH_PYTHON)"; exit 1; }
-    echo "creating .venv-torch with $base (torch==2.13.0, CPU)"
-    "$base" -m venv .venv-torch
-    .venv-torch/bin/python -m pip install -q --upgrade pip
-    .venv-torch/bin/python -m pip install -q torch==2.13.0 numpy
-  fi
+TORCH_PYTHON_GIVEN=${TORCH_PYTHON:-}
+source benchmarks/torch_env.sh
+if [ -z "$TORCH_PYTHON_GIVEN" ]; then  # our .venv-torch: add OpenCV if missing
   if ! "$TORCH_PYTHON" -c 'import cv2' >/dev/null 2>&1; then
     echo "adding OpenCV to .venv-torch"
     "$TORCH_PYTHON" -m pip install -q "opencv-python-headless>=4.10"
