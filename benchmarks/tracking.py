@@ -4,39 +4,33 @@ from the paper (`benchmarks/torch_siamfc.py`), side by side in one run.
 
     python benchmarks/tracking.py --out results/bench --torch-python PY [--width 1.0]
 
-- Inputs: one generated sequence (320x240 frames: smooth colour blobs, a slow camera pan,
-  a textured target moving and changing size, pixel noise) from --seed and one batch of
-  pairs of its frames less than 100 apart; the same arrays and the same weights (the
-  JAX model's, batch norm calibrated on the sequence, copied) go to both sides.
-- Tracking FPS: updates per second over frames 2..N (crops, the backbone on 3 scales,
-  xcorr, x16 bicubic upsampling, penalties, window, argmax, state; each box brought to
-  the host before the next frame), after warm-up; first calls (compilation) and init
-  are reported apart. Training steps/s: one SGD step (momentum 0.9, weight decay 5e-4,
-  crops from whole frames inside the step, balanced BCE), after warm-up.
-- Interleaved: each of --repeats rounds runs JAX tracking, torch tracking, JAX training,
-  torch training (A B A B); median, min and max; wall time (perf_counter) and CPU time
-  (time.process_time of each process, all of its threads).
-- Threads: JAX runs on XLA's CPU thread pool (one thread per core; XLA_FLAGS from the
-  environment are recorded), torch with `torch.set_num_threads(--threads)` (default 1)
-  and OpenCV with 1 thread.
-- --conv: how the JAX backbone's convolutions are computed, timed side by side on the
-  same weights: `model` (the layers as built, one convolution per group), `grouped` (one
-  XLA convolution with feature_group_count), `patchgrad` (one convolution per group,
-  and the kernel gradient as one matmul of image patches instead of XLA's convolution).
-- Agreement, checked before any timing (the run stops on a failure): with the same
-  weights, every --conv formulation's response maps on the same crops match the torch
-  network's (allclose); the torch tracker with crops in the JAX convention tracks the
-  first --check-frames frames to within --box-tol px of the JAX tracker. The timed torch
-  tracker crops as the port does (side and corners rounded to pixels, up to half a
-  pixel away): its IoU with the JAX track is reported, not required (an untrained
-  network's response peaks can jump on such a shift).
+- Inputs: a generated sequence (320x240 frames: colour blobs, camera pan, a textured
+  target moving and changing size, noise) and a batch of pairs of its frames less than
+  100 apart, from --seed; both sides get the same arrays and the same weights (the JAX
+  model's, batch norm calibrated on the sequence).
+- Tracking FPS: updates per second over frames 2..N (crops, backbone on 3 scales, xcorr,
+  x16 bicubic upsampling, penalties, window, argmax; each box brought to the host before
+  the next frame). Training steps/s: SGD steps (momentum 0.9, weight decay 5e-4, crops
+  from whole frames inside the step, balanced BCE). Both after warm-up; the first calls
+  (compilation) are reported apart.
+- Interleaved rounds (--repeats): JAX tracking, torch tracking, JAX training, torch
+  training; median [min, max]; wall time and CPU time (time.process_time of each
+  process, all its threads). JAX runs on XLA's CPU thread pool (one thread per core;
+  XLA_FLAGS recorded), torch with --threads intra-op threads (default 1), OpenCV with 1.
+- --conv, timed side by side on the same weights: `model` (the layers as built, one
+  convolution per group), `grouped` (one XLA convolution with feature_group_count),
+  `patchgrad` (one convolution per group; kernel gradients as one matmul of patches).
+- Agreement, checked before any timing (the run stops on a failure): each formulation's
+  response maps on the same crops match the torch network's (allclose), and the torch
+  tracker cropping as JAX does tracks the first --check-frames frames to within
+  --box-tol px of the JAX tracker. The timed torch tracker crops as the port does (side
+  and corners rounded to pixels): its IoU with the JAX track is reported, not required.
 
-Writes tracking.json and tracking.md under --out: ratios JAX / torch against the targets
-(tracking FPS >= 2x, training steps/s >= 1.5x).
+Writes tracking.json and tracking.md under --out: the ratios JAX / torch against the
+targets (tracking FPS >= 2x, training steps/s >= 1.5x).
 
-GPU: a CPU benchmark (both sides on the host's cores). On a machine with a GPU and JAX's
-CUDA backend, JAX would run on the GPU while the baseline stays on the CPU: set
-JAX_PLATFORMS=cpu there for a like-for-like comparison.
+GPU: a CPU benchmark. With JAX's CUDA backend installed JAX would run on the GPU while
+the baseline stays on the CPU; set JAX_PLATFORMS=cpu there for a like-for-like run.
 """
 
 from __future__ import annotations
@@ -290,16 +284,15 @@ class JaxSiamFC:
         self.batch = shard_batch(batch, mesh)
 
     def track(self, frames: np.ndarray, first_box) -> dict:
-        w0, c0 = time.perf_counter(), time.process_time()
         state = jax.block_until_ready(self.tracker.init(self.params, frames[0], first_box))
-        w1, c1 = time.perf_counter(), time.process_time()
+        w1, c1 = time.perf_counter(), time.process_time()  # updates only, as torch's
         boxes = [np.asarray(first_box, np.float64)]
         for frame in frames[1:]:
             state, box = self.tracker.update(self.params, state, frame)
             boxes.append(np.asarray(box, np.float64))  # waits for this frame's box
         w2, c2 = time.perf_counter(), time.process_time()
-        return {"boxes": np.stack(boxes), "init_wall": w1 - w0, "wall": w2 - w1,
-                "cpu": c2 - c1, "updates": len(frames) - 1}
+        return {"boxes": np.stack(boxes), "wall": w2 - w1, "cpu": c2 - c1,
+                "updates": len(frames) - 1}
 
     def train(self, steps: int) -> dict:
         w0, c0 = time.perf_counter(), time.process_time()
@@ -393,7 +386,8 @@ def markdown(report: dict) -> str:
             f"{_fmt(trn['jax'][kind]['rate'], 3)} | {trn['ratio'][kind]:.2f}x "
             f"{'met' if trn['met'][kind] else 'not met'} |")
     lines += ["", "| implementation | wall s / update | CPU s / update | wall s / step | "
-              "CPU s / step | first calls s (init, update, step) |", "|---|---:|---:|---:|---:|---|",
+              "CPU s / step | first calls s (init, update, step) |",
+              "|---|---:|---:|---:|---:|---|",
               f"| PyTorch | {_fmt(trk['torch']['wall'], 3)} | {_fmt(trk['torch']['cpu'], 3)} "
               f"| {_fmt(trn['torch']['wall'])} | {_fmt(trn['torch']['cpu'])} | |"]
     for kind in cfg["conv"]:
@@ -418,6 +412,15 @@ def markdown(report: dict) -> str:
               f"thread(s), OpenCV {info['cv2']} with 1 thread. CPU time: process_time of "
               "each process (all threads)."]
     return "\n".join(lines) + "\n"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else (platform.processor() or platform.machine())
 
 
 def run(args) -> dict:
@@ -482,8 +485,8 @@ def run(args) -> dict:
         if not np.all(np.isfinite(losses)):
             raise FloatingPointError(f"JAX SiamFC (conv {kind}): non-finite training loss")
     report = {
-        "environment": {"cpu_count": os.cpu_count(), "cpu": platform.processor()
-                        or platform.machine(), "platform": platform.platform(),
+        "environment": {"cpu_count": os.cpu_count(), "cpu": _cpu_name(),
+                        "platform": platform.platform(),
                         "python": platform.python_version(), "jax": jax.__version__,
                         "jax_device": str(jax.devices()[0].device_kind),
                         "xla_flags": os.environ.get("XLA_FLAGS", ""),
