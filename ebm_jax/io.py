@@ -45,16 +45,18 @@ def _atomic_local(path: epath.Path, write) -> None:
         raise
 
 
-def atomic_write(path, text: str) -> None:
-    """Writes a file so that it is either the old or the complete new version."""
+def atomic_write(path, text: str | bytes) -> None:
+    """Writes a file (text, or bytes) so that it is either the old or the complete new
+    version."""
     path = epath.Path(path)
+    binary = isinstance(text, bytes)
     if not is_local(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        path.write_bytes(text) if binary else path.write_text(text)
         return
 
     def write(tmp):
-        with open(tmp, "w") as f:
+        with open(tmp, "wb" if binary else "w") as f:
             f.write(text)
 
     _atomic_local(path, write)

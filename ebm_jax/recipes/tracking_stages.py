@@ -95,8 +95,8 @@ def open_data(cfg: Config, ctx) -> TrackingData:
     return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
 
 
-def training_identity(cfg: Config, data: TrackingData, seed: int) -> dict:
-    return {"data": data.identity["train"], "width": cfg.width, "steps": cfg.steps,
+def training_identity(cfg: Config, data_identity, seed: int) -> dict:
+    return {"data": data_identity, "width": cfg.width, "steps": cfg.steps,
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
             "max_gap": cfg.max_gap, "settings": dataclasses.asdict(settings_of(cfg)),
@@ -117,10 +117,13 @@ def build_model(cfg: Config, ctx, stage_name: str):
     return SiamFCAlexNet(width=cfg.width, rngs=nnx.Rngs(ctx.key(stage_name, "init")))
 
 
-def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int):
+def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int, *, sequences=None,
+                   data_identity=None, name: str | None = None):
     """The Box-Siam stage of one training seed (resumes); returns (stage name, its
     identity, StageFigures, the trained model). Its start is the random backbone
-    baseline of the same seed (`build_model` with the same stage name)."""
+    baseline of the same seed (`build_model` with the same stage name). `sequences`
+    (with `data_identity` and `name`) replace the training split: a subset of it, or
+    the same frames with other boxes (BCE-Siam's pseudo boxes)."""
     import optax
 
     from ebm_jax.data.tracking_pairs import pair_batches
@@ -128,8 +131,12 @@ def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int):
     from ebm_jax.train import create_train_state, make_train_step, merge_model
     from ebm_jax.train.stages import TrainStage
 
-    name = f"box-siam-s{seed}"
-    identity = training_identity(cfg, data, seed)
+    if (sequences is None) != (data_identity is None):
+        raise ValueError("sequences and data_identity are given together")
+    if sequences is None:
+        sequences, data_identity = data.train, data.identity["train"]
+    name = name or f"box-siam-s{seed}"
+    identity = training_identity(cfg, data_identity, seed)
     every = max(1, cfg.steps // 20)
     stage = TrainStage(name, identity, cfg.steps, log_every=every, save_every=every * 5)
     model = build_model(cfg, ctx, name)
@@ -142,7 +149,7 @@ def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int):
     graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
     step = make_train_step(graphdef, make_siamfc_loss(settings_of(cfg)), opt, ctx.mesh)
     s = settings_of(cfg)
-    batches = pair_batches(data.train, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
+    batches = pair_batches(sequences, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
                            seed=ctx.seed_of(name, "pairs"),
                            exemplar_size=s.exemplar_size, search_size=s.search_size,
                            context=s.context)

@@ -1,0 +1,152 @@
+"""Training batches for soft contrastive learning (SoCL, Wu & Chan, "Learning Tracking
+Representations from Single Point Annotations", sec. 3.2.4): two frames (fewer than
+`max_gap` apart) of each of `videos` distinct videos, each cut to a square context region
+around its annotated point, with the TOP map of that region on the backbone's feature
+grid.
+
+    batches = context_batches(sequences, tops, videos=12, max_gap=100, seed=0,
+                              input_size=159, context_side=144.0)
+    batch = batches(step)  # {"i_images", "j_images": (N, S, S, 3) uint8,
+                           #  "h_i", "h_j": (N, g, g) float32, each map summing to 1}
+
+Only the point is used (no box): the region of side `context_side` frame pixels is
+centred on the point moved by up to `shift_jitter` x the side in each axis and scaled by
+a factor in [1 / scale_jitter, scale_jitter] (log-uniform), so that the target is not
+always at the centre nor of one size; it is resampled to `input_size` pixels with
+`ebm_jax.tracking.crops.crop_square_np` (mean-colour padding outside the frame).
+
+`tops` holds each sequence's TOP proposals (`ebm_jax.tracking.top_maps.top_boxes` of
+whole frames, computed once): {"frames": (F,), "boxes": (F, K, 4) xywh, "scores": (F, K)},
+NaN rows where a frame kept fewer than K. The map of a region is the per-pixel sum of the
+scores of the proposals covering it, drawn in region pixels (`score_map`), averaged over
+the cells of the feature grid, and turned into a distribution by a softmax over the
+cells (`grid_softmax`; sec. 3.1). Feature cell k of SiamFC's AlexNet (valid convolutions,
+total stride 8, receptive field 87) is centred on input pixel offset + 8 k with offset =
+(S - 1 - 8 (g - 1)) / 2; its cell is the 8 x 8 pixels around that centre.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ebm_jax.tracking.crops import crop_square_np
+
+STRIDE, RECEPTIVE_FIELD = 8, 87  # SiamFC's AlexNet
+
+
+def feature_grid(input_size: int, stride: int = STRIDE,
+                 receptive_field: int = RECEPTIVE_FIELD) -> tuple[int, int]:
+    """(g, lo): the g x g feature grid of an input of `input_size` pixels and the first
+    input pixel of the region its cells tile (cells of `stride` pixels from lo)."""
+    if input_size < receptive_field:
+        raise ValueError(f"input_size must be >= {receptive_field}, got {input_size}")
+    g = (input_size - receptive_field) // stride + 1
+    offset = (input_size - 1 - stride * (g - 1)) / 2
+    return g, int(np.floor(offset)) - stride // 2
+
+
+def region_boxes(boxes: np.ndarray, center_yx, side: float, out_size: int) -> np.ndarray:
+    """Boxes (..., 4) xywh (1-indexed) of a frame -> the same boxes in the pixels of the
+    square crop of `side` centred on `center_yx` (0-indexed) resampled to `out_size`
+    (`crop_square_np`'s mapping: frame position u -> (u - c) out / side + (out - 1) / 2)."""
+    boxes = np.asarray(boxes, np.float64)
+    k = out_size / side
+    mid = (out_size - 1) / 2
+    cy, cx = center_yx
+    x0 = (boxes[..., 0] - 1.5 - cx) * k + mid  # left pixel edge, 0-indexed
+    y0 = (boxes[..., 1] - 1.5 - cy) * k + mid
+    return np.stack([x0 + 1.5, y0 + 1.5, boxes[..., 2] * k, boxes[..., 3] * k], axis=-1)
+
+
+def region_top_map(boxes: np.ndarray, scores: np.ndarray, center_yx, side: float,
+                   input_size: int, temperature: float = 1.0) -> np.ndarray:
+    """The TOP map (g, g) of the region: proposals drawn in region pixels, averaged over
+    the feature cells, softmax over cells (SoCL sec. 3.1)."""
+    from ebm_jax.tracking.top_maps import grid_softmax, score_map
+
+    ok = np.all(np.isfinite(boxes), axis=-1) & np.isfinite(scores)
+    rb = region_boxes(boxes[ok], center_yx, side, input_size)
+    pixels = score_map((input_size, input_size), rb, np.asarray(scores[ok], np.float64))
+    g, lo = feature_grid(input_size)
+    window = pixels[lo:lo + STRIDE * g, lo:lo + STRIDE * g]
+    return np.asarray(grid_softmax(window, (g, g), temperature=temperature), np.float32)
+
+
+def point_frames(seq, points: np.ndarray) -> np.ndarray:
+    """Frames of `seq` whose point can be used: finite, inside the frame, the target
+    visible (an annotator clicks only on a target that can be seen)."""
+    height, width = seq.image_size
+    p = np.asarray(points, np.float64) - 1.0  # 1-indexed -> 0-indexed pixel centres
+    with np.errstate(invalid="ignore"):
+        ok = np.all(np.isfinite(p), axis=1)
+        ok &= (p[:, 0] >= 0) & (p[:, 0] <= width - 1) & (p[:, 1] >= 0) & (p[:, 1] <= height - 1)
+    return np.flatnonzero(ok & np.asarray(seq.visible, bool))
+
+
+def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndarray]], *,
+                    points: Sequence[np.ndarray], videos: int, max_gap: int, seed: int,
+                    input_size: int = 159, context_side: float = 144.0,
+                    shift_jitter: float = 0.125, scale_jitter: float = 1.25,
+                    temperature: float = 1.0, cache_frames: int = 512
+                    ) -> Callable[[int], dict]:
+    """`batches(step) -> dict`, a function of (seed, step) alone (a resumed run sees the
+    same batches). `tops[i]` are the TOP proposals of sequences[i]'s frames, `points[i]`
+    its (N, 2) points (1-indexed x, y) used as region centres. Raises ValueError when
+    fewer than `videos` sequences have two frames with maps less than `max_gap` apart."""
+    if max_gap < 1:
+        raise ValueError(f"max_gap must be >= 1, got {max_gap}")
+    if videos < 2:
+        raise ValueError(f"videos must be >= 2 (the other videos are the negatives), "
+                         f"got {videos}")
+    index = []
+    for i in sorted(tops):
+        frames = np.asarray(tops[i]["frames"])
+        gaps = np.diff(frames)
+        near = np.zeros(len(frames), bool)
+        near[:-1] |= gaps < max_gap
+        near[1:] |= gaps < max_gap
+        if near.sum() >= 2:
+            index.append((i, np.flatnonzero(near)))
+    if len(index) < videos:
+        raise ValueError(f"a batch takes {videos} distinct videos, but only {len(index)} "
+                         f"of {len(sequences)} sequences have two frames with TOP maps less "
+                         f"than {max_gap} apart: lower --config.videos or use more sequences")
+
+    @functools.lru_cache(maxsize=cache_frames)
+    def frame(seq_index: int, t: int) -> np.ndarray:
+        return sequences[seq_index].read_frame(t)
+
+    def view(rng, seq_index: int, row: int):
+        top = tops[seq_index]
+        t = int(top["frames"][row])
+        px, py = np.asarray(points[seq_index][t], np.float64) - 1.0
+        side = context_side * np.exp(rng.uniform(-1, 1) * np.log(scale_jitter))
+        cy = py + rng.uniform(-1, 1) * shift_jitter * side
+        cx = px + rng.uniform(-1, 1) * shift_jitter * side
+        image = crop_square_np(frame(seq_index, t), (cy, cx), side, input_size)
+        h = region_top_map(top["boxes"][row], top["scores"][row], (cy, cx), side,
+                           input_size, temperature)
+        return np.asarray(np.clip(np.rint(image), 0, 255), np.uint8), h
+
+    def batches(step: int) -> dict:
+        rng = np.random.default_rng([seed, step])
+        picks = rng.choice(len(index), size=videos, replace=False)
+        out = {"i_images": [], "j_images": [], "h_i": [], "h_j": []}
+        for p in picks:
+            s, rows = index[p]
+            frames = np.asarray(tops[s]["frames"])
+            a = rows[rng.integers(len(rows))]
+            near = rows[(np.abs(frames[rows] - frames[a]) < max_gap) & (rows != a)]
+            b = near[rng.integers(len(near))]
+            for tag, row in (("i", a), ("j", b)):
+                image, h = view(rng, s, int(row))
+                out[f"{tag}_images"].append(image)
+                out[f"h_{tag}"].append(h)
+        return {k: np.stack(v) for k, v in out.items()}
+
+    batches.num_sequences = len(index)
+    batches.num_frames = int(sum(len(r) for _, r in index))
+    return batches

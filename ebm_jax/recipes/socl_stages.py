@@ -1,0 +1,216 @@
+"""The stages of the SoCL recipe (`ebm_jax.recipes.socl`), beside the tracking recipe's
+(data, Box-Siam, evaluation; `ebm_jax.recipes.tracking_stages`):
+
+    <workdir>/top-<points>-<hash>/<sequence>.npz   TOP proposals of the annotated frames
+                                                  (kept boxes and scores), one file per
+                                                  sequence, written whole; a stopped
+                                                  computation resumes at the next one
+    <workdir>/socl-s<seed>-<hash>                  SoCL-Siam (loss 10) on point annotations
+    <workdir>/bce-siam-s<seed>-<hash>              SiamFC's BCE on pseudo boxes from TOP maps
+    <workdir>/box-siam-s<seed>-<hash>              Box-Siam (on a budget's subset when given)
+
+Annotated frames: every `annotate_every`-th frame of a training sequence whose point is
+usable (`ebm_jax.data.socl_pairs.point_frames`); the same frames carry the boxes of the
+box-annotated baselines, so that annotation costs compare frame for frame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ebm_jax.io import atomic_write
+
+if TYPE_CHECKING:
+    from ebm_jax.recipes.socl import Config
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One trained (or untrained) backbone of an experiment: a row of its table."""
+
+    label: str
+    method: str  # "socl", "bce-siam", "box-siam" or "random"
+    socl: tuple = ()  # SoCLSettings overrides, (field, value) pairs
+    alpha: float | None = None  # BCE-Siam's pseudo-box threshold
+    points: str = "clean"  # which point annotations: "clean" or "noisy"
+    budget_hours: float | None = None  # annotation budget (None: the whole split)
+    x: float | None = None  # the swept value, for plots
+
+
+def point_annotations(seq, kind: str) -> np.ndarray:
+    pts = seq.points if kind == "clean" else seq.noisy_points
+    if pts is None:
+        raise ValueError(f"sequence {seq.name!r} has no {'noisy_' if kind == 'noisy' else ''}"
+                         "points.txt: SoCL trains on point annotations (the generated "
+                         "benchmark writes them; a real set needs them beside "
+                         "groundtruth.txt)")
+    return np.asarray(pts, np.float64)
+
+
+def annotated_frames(seq, kind: str, every: int) -> np.ndarray:
+    from ebm_jax.data.socl_pairs import point_frames
+
+    frames = point_frames(seq, point_annotations(seq, kind))
+    return frames[frames % every == 0]
+
+
+def top_settings(cfg: Config):
+    from ebm_jax.tracking.top_maps import TopMapSettings
+
+    return TopMapSettings()
+
+
+def top_cache(cfg: Config, ctx, sequences, data_identity, kind: str) -> dict:
+    """{sequence index: {"frames", "boxes", "scores", "seconds"}}: the TOP proposals of
+    every annotated frame, computed once (`top_boxes`, sec. 3.1) with a progress bar."""
+    from tqdm.auto import tqdm
+
+    from ebm_jax.tracking.top_maps import top_boxes
+
+    settings = top_settings(cfg)
+    identity = {"data": data_identity, "points": kind, "every": cfg.annotate_every,
+                "settings": dataclasses.asdict(settings)}
+    stage_dir = ctx.stage_dir(f"top-{kind}", identity)
+    if ctx.writer:
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(stage_dir / "identity.json", json.dumps(identity, indent=1) + "\n")
+    plan = [(i, seq, annotated_frames(seq, kind, cfg.annotate_every))
+            for i, seq in enumerate(sequences)]
+    out = {}
+    total = sum(len(f) for _, _, f in plan)
+    bar = tqdm(total=total, desc=f"TOP maps ({kind} points)", unit="frame",
+               disable=not ctx.progress, leave=False)
+    for i, seq, frames in plan:
+        path = stage_dir / f"{seq.name}.npz"
+        if path.exists():
+            try:
+                with np.load(io.BytesIO(path.read_bytes())) as z:
+                    rec = {k: z[k] for k in ("frames", "boxes", "scores", "seconds")}
+            except Exception as e:  # noqa: BLE001 (any unreadable file)
+                raise ValueError(f"{path}: not a readable TOP cache ({e}); delete it (it is "
+                                 "recomputed) or rerun with --restart") from None
+            if np.array_equal(rec["frames"], frames):
+                out[i] = rec
+                bar.update(len(frames))
+                continue
+        pts = point_annotations(seq, kind)
+        keep = settings.keep
+        boxes = np.full((len(frames), keep, 4), np.nan, np.float32)
+        scores = np.full((len(frames), keep), np.nan, np.float32)
+        seconds = np.zeros(len(frames), np.float64)
+        for r, t in enumerate(frames):
+            frame = seq.read_frame(int(t))
+            start = time.perf_counter()
+            b, s = top_boxes(frame, image_point(pts[t]), settings,
+                             seed=ctx.seed_of(f"top-{kind}", f"{seq.name}/{int(t)}"))
+            seconds[r] = time.perf_counter() - start
+            boxes[r, :len(b)], scores[r, :len(s)] = b, s
+            bar.update(1)
+        out[i] = {"frames": frames, "boxes": boxes, "scores": scores, "seconds": seconds}
+        if ctx.writer:
+            buf = io.BytesIO()
+            np.savez_compressed(buf, **out[i])
+            atomic_write(path, buf.getvalue())
+    bar.close()
+    return out
+
+
+def budget_subset(sequences, annotated: list[np.ndarray], frames: int, seed: int):
+    """Whole sequences in a fixed random order (the same for every method) until
+    `frames` annotated frames are spent; returns their indices."""
+    order = np.random.default_rng(seed).permutation(len(sequences))
+    chosen, spent = [], 0
+    for i in order:
+        n = len(annotated[i])
+        if n == 0:
+            continue
+        if spent + n > frames:
+            break
+        chosen.append(int(i))
+        spent += n
+    return sorted(chosen), spent
+
+
+def pseudo_box_sequences(sequences, tops: dict, kind: str, alpha: float):
+    """The sequences with BCE-Siam's boxes (paper Fig. 8): on each annotated frame the
+    box thresholded from its TOP map at `alpha` x the peak around the point, NaN on the
+    others (so that the pair sampler skips them)."""
+    from ebm_jax.tracking.top_maps import pseudo_box, score_map
+
+    out = []
+    for i, seq in enumerate(sequences):
+        boxes = np.full((len(seq), 4), np.nan)
+        top = tops.get(i)
+        if top is not None:
+            pts = point_annotations(seq, kind)
+            for r, t in enumerate(top["frames"]):
+                ok = np.isfinite(top["scores"][r])
+                pixels = score_map(tuple(seq.image_size), top["boxes"][r][ok],
+                                   top["scores"][r][ok])
+                boxes[int(t)] = pseudo_box(pixels, image_point(pts[int(t)]), alpha)
+        out.append(dataclasses.replace(seq, boxes=boxes))
+    return out
+
+
+def image_point(point) -> np.ndarray:
+    """A point annotation (1-indexed x, y, as points.txt) in the convention of
+    `ebm_jax.tracking.top_maps`."""
+    return np.asarray(point, np.float64) - 1.0
+
+
+def socl_settings(cfg: Config, arm: Arm):
+    from ebm_jax.contrastive.socl import SoCLSettings
+
+    base = SoCLSettings(tau=cfg.tau, theta_b=cfg.theta_b, b_p=cfg.b_p)
+    return dataclasses.replace(base, **dict(arm.socl))
+
+
+def train_socl(cfg: Config, ctx, sequences, tops: dict, kind: str, data_identity,
+               arm: Arm, seed: int):
+    """The SoCL-Siam stage of one arm and training seed (resumes): AlexNet from scratch,
+    Adam (lr x 0.1 after `socl_lr_drop` of the steps, as the paper's drop at epoch 500
+    of 1000), loss (10) on `context_batches`. Every arm of a seed starts from the same
+    weights and sees the same batch order (paired comparisons)."""
+    import optax
+
+    from ebm_jax.data.socl_pairs import context_batches
+    from ebm_jax.recipes.tracking_stages import build_model
+    from ebm_jax.tracking.socl_siam import make_socl_siam_loss
+    from ebm_jax.train import create_train_state, make_train_step, merge_model
+    from ebm_jax.train.stages import TrainStage
+
+    settings = socl_settings(cfg, arm)
+    name = f"socl-s{seed}"
+    identity = {"data": data_identity, "points": kind, "every": cfg.annotate_every,
+                "top": dataclasses.asdict(top_settings(cfg)),
+                "top_temperature": cfg.top_temperature, "socl": dataclasses.asdict(settings),
+                "width": cfg.width, "steps": cfg.socl_steps, "videos": cfg.videos,
+                "lr": cfg.socl_lr, "lr_drop": cfg.socl_lr_drop, "input": cfg.input_size,
+                "context_side": cfg.context_side, "jitter": [cfg.shift_jitter,
+                                                             cfg.scale_jitter],
+                "max_gap": cfg.max_gap, "seed": seed}
+    every = max(1, cfg.socl_steps // 20)
+    stage = TrainStage(name, identity, cfg.socl_steps, log_every=every, save_every=every * 5)
+    model = build_model(cfg, ctx, name)
+    drop = max(1, int(round(cfg.socl_lr_drop * cfg.socl_steps)))
+    schedule = optax.piecewise_constant_schedule(cfg.socl_lr, {drop: 0.1})
+    opt = optax.adam(schedule)
+    graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
+    step = make_train_step(graphdef, make_socl_siam_loss(settings), opt, ctx.mesh)
+    points = [point_annotations(s, kind) for s in sequences]
+    batches = context_batches(sequences, tops, points=points, videos=cfg.videos,
+                              max_gap=cfg.max_gap, seed=ctx.seed_of(name, "batches"),
+                              input_size=cfg.input_size, context_side=cfg.context_side,
+                              shift_jitter=cfg.shift_jitter, scale_jitter=cfg.scale_jitter,
+                              temperature=cfg.top_temperature)
+    ctx.log(f"stage {name} ({arm.label}): {cfg.socl_steps} steps of {cfg.videos} videos x "
+            f"2 frames from {batches.num_sequences} sequences ({batches.num_frames} frames "
+            "with TOP maps)")
+    state, figures = stage.run(ctx, state, step, batches)
+    return name, stage.full_identity, figures, merge_model(graphdef, state)

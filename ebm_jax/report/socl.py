@@ -1,0 +1,276 @@
+"""Tables and plots of the SoCL experiments (Wu & Chan, "Learning Tracking
+Representations from Single Point Annotations": Tables 1, 2, 4, 6 and Figures 4, 7, 8, 9)
+on the generated tracking benchmark.
+
+Each arm's scores are mean +- sd over training seeds. A comparison of two arms is
+paired: the difference of their AUCs per seed (same initial weights and batch order for
+SoCL arms), mean +- its standard error over seeds, and the per-sequence difference
+(averaged over seeds) with its standard error over the test sequences; a difference is
+called real only where it exceeds twice both standard errors.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ebm_jax.report import Report
+from ebm_jax.report.tables import fmt, markdown_table, mean_sd
+
+METRICS = (("auc", "AUC"), ("precision", "prec. @20px"), ("ao", "AO"), ("sr50", "SR0.5"),
+           ("sr75", "SR0.75"))
+PAPER = {
+    "table1": "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST 60.9 (each step helps)",
+    "figure7": "small theta_b or theta_p hurt; theta_b = 0.8, b_p = 0.6 chosen",
+    "figure8": "BCE-Siam on pseudo boxes is below SoCL-Siam at every alpha",
+    "table2": "OTB-15 AUC at 110/220/440/880 h: Box-Siam 51.7/54.0/55.2/57.0, "
+              "SoCL-Siam 53.3/54.9/56.5/57.8 (SoCL ahead at every budget)",
+    "table6": "points shifted 20 px cost 0.2-0.8 AUC points",
+    "table4": "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points $7.0k and 883 h; "
+              "training SiamFC 8 h, SoCL 24 h on a V100 at $0.90/h",
+}
+
+
+def paired(a: Sequence[dict], b: Sequence[dict]) -> dict:
+    """a - b in AUC: per seed (matched by seed) and per sequence (seed-averaged)."""
+    seeds = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
+    ra = {r["seed"]: r for r in a}
+    rb = {r["seed"]: r for r in b}
+    d = np.asarray([ra[s]["auc"] - rb[s]["auc"] for s in seeds], np.float64)
+    seq = (np.mean([ra[s]["sequence_auc"] for s in seeds], 0)
+           - np.mean([rb[s]["sequence_auc"] for s in seeds], 0))
+    se_seed = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
+    se_seq = float(seq.std(ddof=1) / np.sqrt(len(seq))) if len(seq) > 1 else None
+    real = (se_seed is not None and se_seq is not None
+            and abs(d.mean()) > 2 * max(se_seed, se_seq))
+    return {"mean": float(d.mean()), "se_seeds": se_seed, "se_sequences": se_seq,
+            "per_seed": d.tolist(), "real": bool(real), "seeds": seeds}
+
+
+def comparisons(experiment: str, labels: Sequence[str]) -> list[tuple[str, str]]:
+    """The (a, b) pairs each experiment is about: a - b."""
+    if experiment == "table1":
+        steps = [(labels[i], labels[i - 1]) for i in range(1, 4)]
+        return steps + [(labels[3], labels[0]), (labels[3], labels[4])]
+    if experiment == "figure7":
+        base = {lab.split("=")[0]: lab for lab in labels if lab in ("theta_b=0.8", "b_p=0.6")}
+        return [(lab, base[lab.split("=")[0]]) for lab in labels
+                if lab.split("=")[0] in base and lab != base[lab.split("=")[0]]]
+    if experiment == "figure8":
+        return [("SoCL-Siam", lab) for lab in labels if lab.startswith("BCE")] + [
+            ("SoCL-Siam", "random backbone")]
+    if experiment == "table2":
+        return [(labels[i + 1], labels[i]) for i in range(0, len(labels), 2)]
+    if experiment == "table6":
+        return [(labels[1], labels[0])]
+    return [(labels[1], labels[0])]
+
+
+def _verdict(p: dict) -> str:
+    if p["se_seeds"] is None:
+        return "one seed: no error bar"
+    return "beyond 2 standard errors" if p["real"] else "within 2 standard errors"
+
+
+def fees(cfg, budget_rows: Mapping[str, dict], training: Mapping[str, list[dict]],
+         tops: Mapping[str, Mapping], annotated_frames: int) -> dict:
+    """Table 4 from our counts and measured times: annotation hours and fees of the
+    train split's annotated frames, TOP-map seconds, training machine-hours."""
+    top_seconds = {k: float(sum(float(np.sum(v["seconds"])) for v in t.values()))
+                   for k, t in tops.items()}
+    train_h = {lab: float(np.mean([r.get("seconds", 0.0) for r in rows]) / 3600)
+               for lab, rows in training.items() if rows and rows[0].get("seconds")}
+    n = annotated_frames
+    return {
+        "annotated_frames": n,
+        "box": {"hours": n * cfg.box_seconds / 3600, "fee": n * cfg.box_fee},
+        "point": {"hours": n * cfg.point_seconds / 3600, "fee": n * cfg.point_fee,
+                  "top_map_hours_measured": {k: s / 3600 for k, s in top_seconds.items()}},
+        "training_machine_hours": train_h,
+        "training_fee_at_gpu_rate": {k: h * cfg.gpu_hour_fee for k, h in train_h.items()},
+    }
+
+
+def _bar_figure(labels, rows, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(labels)), 3.4), dpi=120)
+    for i, lab in enumerate(labels):
+        v = 100 * np.asarray([r["auc"] for r in rows[lab]])
+        ax.bar(i, v.mean(), yerr=v.std(ddof=1) if len(v) > 1 else None, capsize=4,
+               color="tab:red" if "SoCL" in lab or "LST" in lab else "tab:blue", alpha=0.8)
+        ax.plot(np.full(len(v), i), v, "k.", ms=4)
+    ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7, ha="right")
+    ax.set(ylabel="AUC (%)", title=title)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
+                  hline: str | None = None):
+    """AUC (mean +- sd over seeds) against the swept value of each group of arms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), dpi=120,
+                             squeeze=False)
+    for ax, (name, arms) in zip(axes[0], groups.items()):
+        x = np.asarray([a.x for a in arms], np.float64)
+        v = np.asarray([[r["auc"] for r in rows[a.label]] for a in arms]) * 100
+        sd = v.std(axis=1, ddof=1) if v.shape[1] > 1 else np.zeros(len(x))
+        ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4, label=name)
+        if hline is not None:
+            h = 100 * np.asarray([r["auc"] for r in rows[hline]])
+            ax.axhline(h.mean(), color="tab:red", label=f"{hline} (mean +- sd)")
+            if len(h) > 1:
+                ax.axhspan(h.mean() - h.std(ddof=1), h.mean() + h.std(ddof=1),
+                           color="tab:red", alpha=0.15)
+        ax.set(xlabel=xlabel if len(groups) == 1 else name, ylabel="AUC (%)", title=title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def recall_figure(curves: Mapping[str, np.ndarray], ks: np.ndarray):
+    """Target recall at IoU 0.5 against the number of kept proposals (paper Fig. 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.2, 3.4), dpi=120)
+    for name, r in curves.items():
+        ax.plot(ks, r, marker=".", label=f"{name} points")
+    ax.set(xscale="log", xlabel="kept proposals (after NMS)", ylabel="target recall (IoU 0.5)",
+           ylim=(0, 1), title="TOP proposals, generated train split")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def top_recall(tops: Mapping, train, ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
+    from ebm_jax.tracking.top_maps import recall_at
+
+    kept, truth = [], []
+    for i, t in tops.items():
+        for r, f in enumerate(t["frames"]):
+            ok = np.isfinite(t["scores"][r])
+            kept.append(np.asarray(t["boxes"][r][ok], np.float64))
+            truth.append(np.asarray(train[i].boxes[int(f)], np.float64))
+    ks = np.asarray(ks)
+    return {"ks": ks.tolist(), "recall": np.asarray(
+        recall_at(kept, np.stack(truth), ks), np.float64).tolist(), "frames": len(kept)}
+
+
+def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
+                tops: Mapping, train, budget: Mapping | None) -> Report:
+    labels = [a.label for a in arms]
+    exp = cfg.experiment
+    spread = f"mean +- sd over seeds {list(cfg.seeds)}" if len(cfg.seeds) > 1 else "one seed"
+    head = ["arm"] + [h for _, h in METRICS] + ["AUC per seed", "train s"]
+    body = []
+    for lab in labels:
+        rs = rows[lab]
+        secs = [t.get("seconds") for t in training[lab] if t.get("seconds")]
+        body.append([lab] + [mean_sd([r[k] for r in rs], ".1f", 100) for k, _ in METRICS]
+                    + [" / ".join(fmt(r["auc"], ".1f", 100) for r in rs),
+                       fmt(np.mean(secs), ".0f") if secs else "-"])
+    body.append(["never moves (first box)"] + [fmt(static_row[k], ".1f", 100)
+                                               for k, _ in METRICS] + ["-", "-"])
+    md = [f"## SoCL {exp}: SiamFC AlexNet width {cfg.width}, {cfg.socl_steps} SoCL steps of "
+          f"{cfg.videos} videos, {len(train)} generated training sequences\n",
+          f"Generated test split, {static_row['num_sequences']} sequences, "
+          f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
+          markdown_table(head, body, align="l" + "r" * (len(head) - 1))]
+    pairs = {f"{a} - {b}": paired(rows[a], rows[b]) for a, b in comparisons(exp, labels)}
+    lines = [f"- {k}: AUC {100 * p['mean']:+.1f} (se {fmt(p['se_seeds'], '.1f', 100)} over "
+             f"seeds, {fmt(p['se_sequences'], '.1f', 100)} over sequences): {_verdict(p)}."
+             for k, p in pairs.items()]
+    md.append("Paired differences:\n\n" + "\n".join(lines) + "\n")
+    md.append(f"The paper: {PAPER[exp]}.\n")
+    payload = {"experiment": f"socl-{exp}", "arms": [a.__dict__ for a in arms],
+               "tables": {"arms": rows, "static": static_row}, "paired": pairs,
+               "training": training, "budget": budget}
+    figures = {}
+    if budget:
+        md.append(markdown_table(["arm", "sequences", "annotated frames"],
+                                 [[k, v["sequences"], v["frames"]] for k, v in budget.items()],
+                                 align="lrr"))
+    if tops:
+        recall = {k: top_recall(t, train) for k, t in tops.items()}
+        secs = np.concatenate([np.concatenate([v["seconds"] for v in t.values()])
+                               for t in tops.values()])
+        payload["top"] = {"recall": recall, "seconds_per_frame": {
+            "median": float(np.median(secs)), "mean": float(np.mean(secs)),
+            "frames": int(secs.size)}}
+        md.append(f"TOP maps: {secs.size} frames of {cfg.frame_width}x{cfg.frame_height}, "
+                  f"{np.median(secs):.3f} s per frame (median; the paper: 0.4 s at 512x512). "
+                  "Target recall at IoU 0.5 with the top k kept proposals: "
+                  + "; ".join(f"{k} points: " + ", ".join(
+                      f"k={kk} {100 * v:.0f}%" for kk, v in zip(r["ks"], r["recall"]))
+                      for k, r in recall.items()) + ".\n")
+        first = next(iter(recall.values()))
+        figures["top_recall.png"] = functools.partial(
+            recall_figure, {k: np.asarray(r["recall"]) for k, r in recall.items()},
+            np.asarray(first["ks"]))
+        md.append("![target recall against kept proposals](top_recall.png)\n")
+    if exp == "table4":
+        n = sum(len(t["frames"]) for t in next(iter(tops.values())).values()) if tops else 0
+        payload["fees"] = f = fees(cfg, budget or {}, training, tops, n)
+        md.append(markdown_table(
+            ["", "annotation h", "annotation $", "training machine-h", "training $ at GPU rate"],
+            [[lab, fmt(f[kind]["hours"], ".2f"), fmt(f[kind]["fee"], ".2f"),
+              fmt(f["training_machine_hours"].get(lab), ".2f"),
+              fmt(f["training_fee_at_gpu_rate"].get(lab), ".2f")]
+             for lab, kind in (("Box-Siam", "box"), ("SoCL-Siam", "point"))],
+            align="lrrrr"))
+    title = f"SoCL {exp} ({spread})"
+    if exp == "figure7":
+        groups = {"theta_b": [a for a in arms if a.label.startswith("theta_b")],
+                  "b_p (theta_p ~ U[b_p, 1))": [a for a in arms if a.label.startswith("b_p")]}
+        figures["sweeps.png"] = functools.partial(_sweep_figure, groups, rows, "", title)
+    elif exp == "figure8":
+        groups = {"BCE-Siam on pseudo boxes": [a for a in arms if a.method == "bce-siam"]}
+        figures["sweeps.png"] = functools.partial(_sweep_figure, groups, rows,
+                                                  "alpha (pseudo-box threshold)", title,
+                                                  hline="SoCL-Siam")
+    elif exp == "table2":
+        groups = {m: [a for a in arms if a.method == m] for m in ("box-siam", "socl")}
+        figures["sweeps.png"] = functools.partial(_budget_figure, groups, rows, title)
+    else:
+        figures["auc.png"] = functools.partial(_bar_figure, labels, rows, title)
+    name = next(iter(k for k in figures if k != "top_recall.png"), None)
+    if name:
+        md.append(f"![AUC of each arm]({name})\n")
+    return Report(payload, "\n".join(md), figures)
+
+
+def _budget_figure(groups, rows, title):
+    """AUC against annotation hours, Box-Siam and SoCL-Siam (paper Fig. 9)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(4.6, 3.4), dpi=120)
+    for name, arms in groups.items():
+        x = np.asarray([a.x for a in arms])
+        v = 100 * np.asarray([[r["auc"] for r in rows[a.label]] for a in arms])
+        sd = v.std(axis=1, ddof=1) if v.shape[1] > 1 else None
+        ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4,
+                    label="Box-Siam" if name == "box-siam" else "SoCL-Siam")
+    ax.set(xscale="log", xlabel="annotation hours", ylabel="AUC (%)", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

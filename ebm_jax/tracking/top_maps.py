@@ -1,0 +1,383 @@
+"""Target objectness prior (TOP) maps from a point annotation (Wang et al., "Learning
+tracking representations via soft contrastive learning from point annotations" (SoCL),
+CVPR 2022, sec. 3.1, Fig. 3).
+
+Per frame: 5000 random boxes centred on the point (log-uniform scales and aspect ratios)
+plus the EdgeBoxes proposals (Zitnick & Dollar 2014, 1000 per frame) whose centre lies
+within 30 px of the point; the objectness of every box from three cues of Alexe et al.
+2012 (multi-scale saliency, colour contrast, edge density; `ebm_jax.tracking.objectness`);
+NMS at IoU 0.7 keeping the top 64; per pixel, the sum of the scores of the kept boxes
+covering it; a softmax over the locations of a feature grid (`grid_softmax`).
+
+    boxes, scores = top_boxes(frame, point)          # (<= 64, 4) xywh, sorted by score
+    h = grid_softmax(top_map(frame, point), (17, 17))  # (17, 17), sums to 1
+
+Conventions: frames are uint8 RGB (H, W, 3); boxes are (x, y, w, h) in the GOT-10k / OTB
+convention (1-indexed pixels: a box covers [x - 1, x - 1 + w] between pixel edges,
+0-indexed), and a point (x, y) is a box centre in that convention, x + (w - 1) / 2, as
+the tracking sets write `points.txt`. A box covers pixel (i, j) (0-indexed) when the
+pixel's centre lies inside it: x - 1.5 <= j < x + w - 1.5, likewise for rows.
+
+The cues and EdgeBoxes run on a copy whose longer side is `cue_size` px (smaller frames
+are not enlarged); boxes are scaled back. The cue fusion is a stand-in for the original's
+learned likelihoods (see `objectness`). Every step is a pure function of the frame, the
+point and a seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import cv2
+import numpy as np
+
+from ebm_jax.eval.tracking import box_iou
+from ebm_jax.tracking import objectness as cues
+
+__all__ = ["TopMapSettings", "edgebox_proposals", "grid_softmax", "nms", "objectness",
+           "pseudo_box", "random_proposals", "recall_at", "score_map", "top_boxes",
+           "top_map"]
+
+
+_EPS = np.finfo(np.float64).eps
+
+
+def _range_error(name: str, allowed: str, value) -> ValueError:
+    return ValueError(f"{name} must be {allowed}, got {value!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopMapSettings:
+    """Settings of the TOP map (SoCL sec. 3.1) and of its cues (Alexe et al. 2012)."""
+
+    num_random: int = 5000  # random proposals centred on the point
+    scale_range: tuple = (0.05, 0.9)  # sqrt(w h) / shorter frame side, log-uniform
+    aspect_range: tuple = (1 / 3, 3.0)  # w / h, log-uniform
+    edgeboxes: int = 1000  # EdgeBoxes proposals per frame (maxBoxes); 0: none
+    edgebox_radius: float = 30.0  # px of the frame: EdgeBoxes centres kept near the point
+    edgebox_min_area: float = 0.005  # minBoxArea / the cue image's area (~1000 / 500x375)
+    nms_iou: float = 0.7
+    keep: int = 64  # proposals kept after NMS
+    cue_size: int = 200  # px: the longer side of the copy the cues and EdgeBoxes run on
+    saliency_scales: tuple = (16, 24, 32, 48, 64)  # px: spectral residual image sides
+    saliency_blur: float = 0.015  # Gaussian sigma over the scale (about 1 px at 64 px)
+    saliency_threshold: float = 0.35  # theta_s on maps normalised to [0, 1]
+    colour_bins: tuple = (4, 8, 8)  # LAB quantisation
+    colour_surround: float = 1.33  # the surrounding window's side over the window's
+    edge_inner: float = 0.75  # the inner window's side over the window's (ED's ring)
+    canny: tuple = (50.0, 150.0)  # Canny hysteresis thresholds
+
+    def __post_init__(self):
+        ints = {"num_random": (1, 10**6), "edgeboxes": (0, 10**5), "keep": (1, 10**6),
+                "cue_size": (16, 4096)}
+        for name, (low, high) in ints.items():
+            value = getattr(self, name)
+            if not _is_int(value) or not low <= value <= high:
+                raise _range_error(f"TopMapSettings.{name}", f"an integer in [{low}, {high}]",
+                                   value)
+        floats = {"edgebox_radius": (0.0, math.inf, "[0, inf)"),
+                  "edgebox_min_area": (0.0, 1.0, "(0, 1)"), "nms_iou": (0.0, 1.0, "(0, 1]"),
+                  "saliency_blur": (0.0, 1.0, "(0, 1]"),
+                  "saliency_threshold": (0.0, 1.0, "[0, 1)"),
+                  "colour_surround": (1.0, 4.0, "(1, 4]"), "edge_inner": (0.0, 1.0, "(0, 1)")}
+        for name, (low, high, text) in floats.items():
+            value = getattr(self, name)
+            if (not isinstance(value, (int, float, np.number)) or isinstance(value, bool)
+                    or not (value >= low if text[0] == "[" else value > low)
+                    or not (value <= high if text[-1] == "]" else value < high)):
+                raise _range_error(f"TopMapSettings.{name}", f"a number in {text}", value)
+        for name, low, high in (("scale_range", 1e-3, 4.0), ("aspect_range", 0.01, 100.0),
+                                ("canny", 0.0, 1e4)):
+            value = getattr(self, name)
+            if np.shape(value) != (2,) or not low <= value[0] <= value[1] <= high:
+                raise _range_error(f"TopMapSettings.{name}",
+                                   f"(low, high) with {low:g} <= low <= high <= {high:g}",
+                                   value)
+        for name, count, low, high in (("saliency_scales", None, 4, 1024),
+                                       ("colour_bins", 3, 1, 64)):
+            value = tuple(getattr(self, name))
+            if (not value or (count and len(value) != count)
+                    or not all(_is_int(v) and low <= v <= high for v in value)):
+                size = f"{count} " if count else ""
+                raise _range_error(f"TopMapSettings.{name}",
+                                   f"a tuple of {size}integers in [{low}, {high}]", value)
+
+
+def _check_image(image, name: str = "image") -> np.ndarray:
+    if (not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3
+            or image.shape[2] != 3 or min(image.shape[:2]) < 8):
+        raise ValueError(f"{name} must be a uint8 RGB array of shape (H, W, 3) with H, W >= "
+                         f"8, got shape {np.shape(image)} and dtype {np.asarray(image).dtype}")
+    return image
+
+
+def _check_point(point, shape_hw, name: str = "point") -> np.ndarray:
+    height, width = shape_hw
+    xy = np.asarray(point, np.float64) if np.size(point) == 2 else None
+    if (xy is None or not np.all(np.isfinite(xy)) or not 0.5 <= xy.ravel()[0] <= width + 0.5
+            or not 0.5 <= xy.ravel()[1] <= height + 0.5):
+        raise ValueError(f"{name} must be (x, y) inside the {height}x{width} image, 0.5 <= x "
+                         f"<= {width + 0.5} and 0.5 <= y <= {height + 0.5} (1-indexed "
+                         f"pixels), got {point!r}")
+    return xy.ravel()
+
+
+def _check_boxes(boxes, name: str = "boxes") -> np.ndarray:
+    boxes = np.asarray(boxes, np.float64)
+    if boxes.ndim != 2 or boxes.shape[1] != 4 or not np.all(np.isfinite(boxes)):
+        raise ValueError(f"{name} must be a finite (K, 4) array of x, y, w, h boxes, got "
+                         f"shape {boxes.shape}")
+    return boxes
+
+
+def _check_scores(scores, count: int) -> np.ndarray:
+    scores = np.asarray(scores, np.float64)
+    if scores.shape != (count,) or not np.all(np.isfinite(scores)):
+        raise ValueError(f"scores must be a finite ({count},) array, one per box, got shape "
+                         f"{scores.shape}")
+    return scores
+
+
+def _check_settings(settings) -> TopMapSettings:
+    if not isinstance(settings, TopMapSettings):
+        raise ValueError(f"settings must be a TopMapSettings, got {type(settings).__name__}")
+    return settings
+
+
+def random_proposals(image_shape, point, settings, rng) -> np.ndarray:
+    """(num_random, 4) xywh boxes centred on `point` (SoCL sec. 3.1: "5000 random
+    proposals centered at P_i with various scales and aspect ratios"): sqrt(w h) =
+    s x the shorter frame side with s log-uniform in `scale_range`, w / h log-uniform in
+    `aspect_range`; x = px - (w - 1) / 2, so each box's centre is the point exactly."""
+    settings = _check_settings(settings)
+    if len(image_shape) < 2 or min(image_shape[:2]) < 1:
+        raise ValueError(f"image_shape must be (H, W[, 3]) with H, W >= 1, got {image_shape}")
+    px, py = _check_point(point, image_shape[:2])
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    n = settings.num_random
+    scale = np.exp(rng.uniform(*np.log(settings.scale_range), n)) * min(image_shape[:2])
+    root_aspect = np.exp(rng.uniform(*np.log(settings.aspect_range), n) / 2)
+    w, h = scale * root_aspect, scale / root_aspect
+    return np.stack([px - (w - 1) / 2, py - (h - 1) / 2, w, h], axis=1)
+
+
+def _edgeboxes_on(small, scale_xy, point, settings) -> np.ndarray:
+    if settings.edgeboxes == 0:
+        return np.zeros((0, 4))
+    min_area = max(16.0, settings.edgebox_min_area * small.shape[0] * small.shape[1])
+    boxes = cues.edge_boxes(small, settings.edgeboxes, min_area)
+    sx, sy = scale_xy
+    boxes = np.stack([(boxes[:, 0] - 1) / sx + 1, (boxes[:, 1] - 1) / sy + 1,
+                      boxes[:, 2] / sx, boxes[:, 3] / sy], axis=1)
+    centres = boxes[:, :2] + (boxes[:, 2:] - 1) / 2
+    return boxes[np.hypot(*(centres - point).T) <= settings.edgebox_radius]
+
+
+def edgebox_proposals(image, point, settings) -> np.ndarray:
+    """(K, 4) xywh EdgeBoxes proposals (Zitnick & Dollar 2014; `settings.edgeboxes` per
+    frame) whose centre lies within `edgebox_radius` px of the point (SoCL sec. 3.1).
+    Without the structured-edge model, the edge map is a Sobel magnitude thinned across
+    the edge, with orientations from its smoothed second derivatives
+    (`objectness.thinned_sobel_edges`, `objectness.edge_orientation`); computed on the
+    cue-size copy, minBoxArea = edgebox_min_area x its area (at least 16 px)."""
+    image = _check_image(image)
+    settings = _check_settings(settings)
+    point = _check_point(point, image.shape[:2])
+    small, scale_xy = cues.downscaled(image, settings.cue_size)
+    return _edgeboxes_on(small, scale_xy, point, settings)
+
+
+def _objectness_on(small, scale_xy, boxes, settings) -> np.ndarray:
+    shape = small.shape[:2]
+    rects = cues.box_rects(boxes, scale_xy, shape)
+    surround = cues.box_rects(boxes, scale_xy, shape, settings.colour_surround)
+    inner = cues.box_rects(boxes, scale_xy, shape, settings.edge_inner)
+    maps = cues.saliency_maps(small, settings.saliency_scales, settings.saliency_blur)
+    histogram = cues.integral_histogram(cues.lab_bins(small, settings.colour_bins))
+    edges = cues.canny_edges(small, *settings.canny)
+    raw = (cues.saliency_scores(maps, rects, settings.saliency_threshold),
+           cues.colour_contrast_scores(histogram, rects, surround),
+           cues.edge_density_scores(edges, rects, inner))
+    return np.mean([cues.rank_normalise(r) for r in raw], axis=0)
+
+
+def objectness(image, boxes, settings) -> np.ndarray:
+    """(K,) objectness in [0, 1] of xywh `boxes` (SoCL sec. 3.1: Alexe et al. 2012
+    without the superpixel cue): multi-scale saliency, colour contrast and edge density
+    (`ebm_jax.tracking.objectness`), on the cue-size copy, each rank-normalised over
+    the K boxes (rank / (K - 1)) and averaged. The original combines the cues' learned
+    likelihoods in a naive Bayes model (Alexe et al. 2012, sec. 4); without them, the
+    rank average weighs the cues equally and depends only on each cue's ordering."""
+    image = _check_image(image)
+    boxes = _check_boxes(boxes)
+    settings = _check_settings(settings)
+    if len(boxes) == 0:
+        return np.zeros(0)
+    small, scale_xy = cues.downscaled(image, settings.cue_size)
+    return _objectness_on(small, scale_xy, boxes, settings)
+
+
+def nms(boxes, scores, iou, keep) -> np.ndarray:
+    """Indices of the boxes kept by greedy non-maximum suppression, in descending score
+    (ties: lower index first): a box is dropped when its IoU (continuous coordinates,
+    as `ebm_jax.eval.tracking.box_iou`) with a kept box exceeds `iou`; at most `keep`."""
+    boxes = _check_boxes(boxes)
+    scores = _check_scores(scores, len(boxes))
+    if not 0 < iou <= 1:
+        raise _range_error("iou", "in (0, 1]", iou)
+    if not _is_int(keep) or keep < 1:
+        raise _range_error("keep", "an integer >= 1", keep)
+    order = np.argsort(-scores, kind="stable")
+    x0, y0, w, h = boxes[order].T
+    x1, y1, area = x0 + w, y0 + h, w * h
+    dropped, kept, i = np.zeros(len(order), bool), [], 0
+    while i < len(order) and len(kept) < keep:
+        kept.append(i)
+        rest = slice(i + 1, None)
+        inter = (np.maximum(np.minimum(x1[i], x1[rest]) - np.maximum(x0[i], x0[rest]), 0)
+                 * np.maximum(np.minimum(y1[i], y1[rest]) - np.maximum(y0[i], y0[rest]), 0))
+        dropped[rest] |= inter / (area[i] + area[rest] - inter + _EPS) > iou
+        alive = np.flatnonzero(~dropped[i + 1:])
+        if alive.size == 0:
+            break
+        i += 1 + int(alive[0])
+    return order[np.asarray(kept, np.intp)]
+
+
+def top_boxes(image, point, settings=TopMapSettings(),
+              seed=0) -> tuple[np.ndarray, np.ndarray]:
+    """The kept proposals (<= keep, 4) xywh and their objectness, by descending score
+    (SoCL sec. 3.1): random proposals (from `np.random.default_rng(seed)`) and nearby
+    EdgeBoxes, scored by `objectness`, thinned by `nms`."""
+    image = _check_image(image)
+    settings = _check_settings(settings)
+    point = _check_point(point, image.shape[:2])
+    if not _is_int(seed) or seed < 0:
+        raise _range_error("seed", "an integer >= 0", seed)
+    small, scale_xy = cues.downscaled(image, settings.cue_size)
+    boxes = np.concatenate([
+        random_proposals(image.shape, point, settings, np.random.default_rng(seed)),
+        _edgeboxes_on(small, scale_xy, point, settings)])
+    scores = _objectness_on(small, scale_xy, boxes, settings)
+    kept = nms(boxes, scores, settings.nms_iou, settings.keep)
+    return boxes[kept], scores[kept]
+
+
+def _pixel_ranges(start, size, limit):
+    """Pixel index ranges [lo, hi) whose centres lie in a 1-indexed [start, start + size)."""
+    lo = np.clip(np.ceil(start - 1.5), 0, limit).astype(np.intp)
+    hi = np.clip(np.ceil(start + size - 1.5), 0, limit).astype(np.intp)
+    return lo, np.maximum(hi, lo)
+
+
+def score_map(shape_hw, boxes, scores) -> np.ndarray:
+    """(H, W) float32: at each pixel, the sum of the scores of the boxes covering it
+    (SoCL sec. 3.1: "we sum over the scores of all the bounding boxes that cover that
+    location"); a box covers the pixels whose centre lies inside it (module docstring).
+    One 2-D difference array and two cumulative sums, no loop over boxes."""
+    if len(shape_hw) != 2 or not all(_is_int(v) for v in shape_hw) or min(shape_hw) < 1:
+        raise _range_error("shape_hw", "(H, W) with integers H, W >= 1", shape_hw)
+    height, width = shape_hw
+    boxes = _check_boxes(boxes)
+    scores = _check_scores(scores, len(boxes))
+    r0, r1 = _pixel_ranges(boxes[:, 1], boxes[:, 3], height)
+    c0, c1 = _pixel_ranges(boxes[:, 0], boxes[:, 2], width)
+    diff = np.zeros((height + 1, width + 1))
+    for rows, cols, sign in ((r0, c0, 1), (r0, c1, -1), (r1, c0, -1), (r1, c1, 1)):
+        np.add.at(diff, (rows, cols), sign * scores)
+    return np.cumsum(np.cumsum(diff, axis=0), axis=1)[:height, :width].astype(np.float32)
+
+
+def top_map(image, point, settings=TopMapSettings(), seed=0) -> np.ndarray:
+    """(H, W) float32 score map of the kept proposals, `score_map(top_boxes(...))`
+    (SoCL sec. 3.1, before the softmax over locations: see `grid_softmax`)."""
+    boxes, scores = top_boxes(image, point, settings, seed)
+    return score_map(image.shape[:2], boxes, scores)
+
+
+def _cell_weights(size: int, cells: int) -> np.ndarray:
+    """(cells, size): the fraction of each cell [k size / cells, (k + 1) size / cells]
+    that pixel [i, i + 1] covers, so that weights @ values is each cell's mean."""
+    edges = np.arange(cells + 1) * (size / cells)
+    pixel = np.arange(size)
+    overlap = (np.minimum(pixel[None, :] + 1, edges[1:, None])
+               - np.maximum(pixel[None, :], edges[:-1, None]))
+    return np.maximum(overlap, 0) / (size / cells)
+
+
+def grid_softmax(score_map, grid_hw, *, temperature=1.0) -> np.ndarray:
+    """(gh, gw) float32 summing to 1: the score map averaged over each of gh x gw equal
+    cells of the frame (exact area weights where the cells split pixels), then
+    softmax(mean / temperature) over the cells: the TOP map h on a feature grid (SoCL
+    sec. 3.1: "the softmax function (over locations) is then applied to the score map")."""
+    values = np.asarray(score_map, np.float64)
+    if values.ndim != 2 or min(values.shape) < 1 or not np.all(np.isfinite(values)):
+        raise ValueError(f"score_map must be a finite (H, W) array, got shape {values.shape}")
+    if len(grid_hw) != 2 or not all(_is_int(v) for v in grid_hw) or min(grid_hw) < 1:
+        raise _range_error("grid_hw", "(gh, gw) with integers gh, gw >= 1", grid_hw)
+    if not temperature > 0:
+        raise _range_error("temperature", "> 0", temperature)
+    means = _cell_weights(values.shape[0], grid_hw[0]) @ values
+    means = means @ _cell_weights(values.shape[1], grid_hw[1]).T
+    logits = means / temperature
+    weights = np.exp(logits - logits.max())
+    return (weights / weights.sum()).astype(np.float32)
+
+
+def pseudo_box(score_map, point, alpha) -> np.ndarray:
+    """(4,) xywh pseudo ground truth from a score map (SoCL sec. 4, Fig. 8, BCE-Siam):
+    the bounding box of the 8-connected region of pixels with score >= alpha x max that
+    holds the point's pixel, or else the region of the such pixel nearest the point."""
+    values = np.asarray(score_map, np.float64)
+    if values.ndim != 2 or min(values.shape) < 1 or not np.all(np.isfinite(values)):
+        raise ValueError(f"score_map must be a finite (H, W) array, got shape {values.shape}")
+    xy = _check_point(point, values.shape)
+    if not 0 < alpha <= 1:
+        raise _range_error("alpha", "in (0, 1]", alpha)
+    mask = values >= alpha * values.max()
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8),
+                                                           connectivity=8)
+    height, width = values.shape
+    row = min(max(math.floor(xy[1] - 0.5), 0), height - 1)
+    col = min(max(math.floor(xy[0] - 0.5), 0), width - 1)
+    if not mask[row, col]:
+        rows, cols = np.nonzero(mask)
+        nearest = np.argmin(np.hypot(cols + 1 - xy[0], rows + 1 - xy[1]))
+        row, col = rows[nearest], cols[nearest]
+    x0, y0, w, h = stats[labels[row, col], :4]
+    return np.array([x0 + 1, y0 + 1, w, h], np.float64)
+
+
+def recall_at(kept_boxes_per_frame: list[np.ndarray], true_boxes: np.ndarray, ks,
+              iou=0.5) -> np.ndarray:
+    """(len(ks),) for each k, the fraction of frames whose first k kept boxes hold one
+    with IoU >= iou with the true box (SoCL Fig. 4: target recall against the number of
+    kept proposals, IoU 0.5). Frames whose true box is NaN (absent) are not counted;
+    NaN where no frame counts."""
+    true_boxes = np.asarray(true_boxes, np.float64)
+    if true_boxes.ndim != 2 or true_boxes.shape[1] != 4:
+        raise ValueError(f"true_boxes must be an (N, 4) array, got shape {true_boxes.shape}")
+    if len(kept_boxes_per_frame) != len(true_boxes):
+        raise ValueError(f"kept_boxes_per_frame has {len(kept_boxes_per_frame)} frames but "
+                         f"true_boxes has {len(true_boxes)}; they must match")
+    ks = np.asarray(ks)
+    if ks.ndim != 1 or not np.issubdtype(ks.dtype, np.integer) or np.any(ks < 1):
+        raise _range_error("ks", "a 1-D sequence of integers >= 1", ks.tolist())
+    if not 0 < iou <= 1:
+        raise _range_error("iou", "in (0, 1]", iou)
+    firsts = []
+    for frame, (kept, truth) in enumerate(zip(kept_boxes_per_frame, true_boxes)):
+        if np.any(np.isnan(truth)):
+            continue
+        kept = _check_boxes(np.asarray(kept).reshape(-1, 4), f"kept_boxes_per_frame[{frame}]")
+        hits = np.flatnonzero(box_iou(kept, np.broadcast_to(truth, kept.shape)) >= iou)
+        firsts.append(hits[0] if hits.size else np.inf)
+    if not firsts:
+        return np.full(len(ks), np.nan)
+    return (np.asarray(firsts)[None, :] < ks[:, None]).mean(axis=1)

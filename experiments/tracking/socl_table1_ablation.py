@@ -1,0 +1,42 @@
+"""ebm-jax run experiments/tracking/socl_table1_ablation.py:quick
+
+SoCL Table 1: the steps of soft contrastive learning, GST, +SNS, +mix-up, +LST (Wu & Chan, "Learning Tracking Representations from Single Point
+Annotations", sec. 4).
+
+Each row adds one way of making samples to the one above; every row of a seed starts from
+the same weights and sees the same batches, so rows compare in pairs.
+SiamFC's AlexNet is trained from scratch on the generated train split and tracks the
+generated test split (disjoint photos) with the SiamFC tracker; AUC, precision, AO and
+SR as mean +- sd over three training seeds.
+
+Variants: quick (50 train sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25;
+batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
+(seconds; the tests), paper (the published net and schedule on GOT-10k: width 1.0,
+batch 192 = 96 videos; needs --config.got10k_root and a GPU).
+"""
+
+from ebm_jax.recipes.socl import Config
+
+VARIANTS = ("quick", "tiny", "paper")
+
+REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 60.9"),
+             ("VOT-16 EAO", "0.215 / 0.228 / 0.231 / 0.244"))
+
+
+def get_config(variant: str) -> Config:
+    if variant == "tiny":
+        return Config(experiment="table1", num_train_sequences=4, num_test_sequences=2, num_frames=8,
+                      frame_height=96, frame_width=128, width=0.125, steps=2, batch_size=2,
+                      socl_steps=2, videos=2, input_size=95, context_side=64.0,
+                      annotate_every=2, seeds=(0,), strip_sequences=0,
+                      theta_b_sweep=(0.5, 0.8), b_p_sweep=(0.6,), alphas=(0.5,))
+    if variant == "paper":
+        # GOT-10k train: 1000 epochs of 9335 videos / 96 per batch, lr x 0.1 at 500
+        return Config(experiment="table1", train_data="got10k", num_train_sequences=500,
+                      num_test_sequences=100, num_frames=150, frame_height=360,
+                      frame_width=480, width=1.0, steps=41_560, batch_size=8,
+                      socl_steps=97_240, videos=96, input_size=255, context_side=255.0,
+                      annotate_every=1, seeds=(0, 1, 2), reference=REFERENCE)
+    return Config(experiment="table1", num_train_sequences=50, num_test_sequences=30, num_frames=80,
+                  width=0.25, steps=600, socl_steps=300, videos=12, seeds=(0, 1, 2),
+                  reference=REFERENCE)

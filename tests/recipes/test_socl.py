@@ -1,0 +1,141 @@
+"""The SoCL recipe: the tiny Table 1 config end to end (TOP maps cached, four SoCL arms
+trained with the same start, a random backbone, tables, plots) and its resume; the arms
+of every experiment; budgets, pseudo boxes and fees; bad settings before training. The
+tiny runs of the other experiments are slow tests."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ebm_jax.config import ConfigError, load_config
+from ebm_jax.recipes import run_experiment
+from ebm_jax.recipes import socl as recipe
+
+EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
+CONFIGS = {"table1": "socl_table1_ablation.py", "figure7": "socl_figure7_thresholds.py",
+           "figure8": "socl_figure8_bce.py", "table2": "socl_table2_annotation_cost.py",
+           "table6": "socl_table6_noisy_points.py", "table4": "socl_table4_fees.py"}
+
+
+def tiny(experiment="table1", *overrides: str):
+    return load_config(f"{EXPERIMENTS / CONFIGS[experiment]}:tiny", overrides)
+
+
+def _quiet(_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def table1_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("socl")
+    report = run_experiment(tiny(), workdir=root / "runs", out=root / "out",
+                            progress=False, log=_quiet)
+    return root, report
+
+
+def test_table1_tiny_writes_every_arm_tables_and_plots(table1_run):
+    root, report = table1_run
+    out = root / "out"
+    payload = json.loads((out / "results.json").read_text())
+    arms = payload["tables"]["arms"]
+    assert list(arms) == ["GST", "+SNS", "+mix-up", "+LST (SoCL)", "random backbone"]
+    for label, rows in arms.items():
+        (row,) = rows
+        assert 0.0 <= row["auc"] <= 1.0 and len(row["sequence_auc"]) == 2, label
+    for label in ("GST", "+SNS", "+mix-up", "+LST (SoCL)"):
+        (t,) = payload["training"][label]
+        assert t["steps"] == 2 and t["finite"], label
+    assert set(payload["paired"]) == {"+SNS - GST", "+mix-up - +SNS", "+LST (SoCL) - +mix-up",
+                                      "+LST (SoCL) - GST", "+LST (SoCL) - random backbone"}
+    top = payload["top"]
+    assert top["seconds_per_frame"]["frames"] > 0
+    recall = top["recall"]["clean"]["recall"]
+    assert all(0 <= r <= 1 for r in recall) and recall == sorted(recall)
+    md = (out / "results.md").read_text()
+    assert "Paired differences" in md and "The paper:" in md and "TOP maps" in md
+    for name in ("auc.png", "top_recall.png"):
+        assert (out / name).stat().st_size > 2000, name
+    # one stage directory per arm (different identities), one TOP cache
+    runs = root / "runs"
+    assert len([p for p in runs.iterdir() if p.name.startswith("socl-s0-")]) == 4
+    (cache,) = [p for p in runs.iterdir() if p.name.startswith("top-clean-")]
+    assert len(list(cache.glob("*.npz"))) == 4
+
+
+def test_rerun_reuses_the_cache_and_the_stages(table1_run, monkeypatch):
+    root, first = table1_run
+    import ebm_jax.tracking.top_maps as top_maps
+
+    def fail(*a, **k):
+        raise AssertionError("the TOP maps were recomputed")
+
+    monkeypatch.setattr(top_maps, "top_boxes", fail)
+    again = run_experiment(tiny(), workdir=root / "runs", out=root / "out2",
+                           progress=False, log=_quiet)
+    for label, rows in first.payload["tables"]["arms"].items():
+        assert again.payload["tables"]["arms"][label][0]["auc"] == rows[0]["auc"]
+
+
+def test_arms_of_every_experiment():
+    labels = {e: [a.label for a in recipe.arms_of(tiny(e))] for e in CONFIGS}
+    assert labels["figure7"] == ["theta_b=0.5", "theta_b=0.8", "b_p=0.6"]
+    assert labels["figure8"] == ["BCE-Siam alpha=0.5", "SoCL-Siam", "random backbone"]
+    assert labels["table2"] == ["Box-Siam 0.012 h", "SoCL-Siam 0.012 h", "Box-Siam 0.024 h",
+                                "SoCL-Siam 0.024 h"]
+    assert [a.points for a in recipe.arms_of(tiny("table6"))] == ["clean", "noisy"]
+    assert labels["table4"] == ["Box-Siam", "SoCL-Siam"]
+    gst = recipe.arms_of(tiny())[0]
+    assert dict(gst.socl) == {"use_sns": False, "use_mix": False, "use_lst": False}
+
+
+def test_budget_subset_spends_whole_sequences_in_one_order():
+    from ebm_jax.recipes.socl_stages import budget_subset
+
+    annotated = [np.arange(n) for n in (4, 4, 2, 4, 0, 4)]
+    idx, spent = budget_subset([None] * 6, annotated, 9, seed=0)
+    assert spent <= 9 and spent == sum(len(annotated[i]) for i in idx)
+    small, _ = budget_subset([None] * 6, annotated, 5, seed=0)
+    order = np.random.default_rng(0).permutation(6)
+    first = [int(i) for i in order if len(annotated[i])][0]
+    assert first in small and set(small) <= set(idx)  # a larger budget extends a smaller
+    assert 4 not in budget_subset([None] * 6, annotated, 100, seed=0)[0]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.experiment=table9", "--config.experiment"),
+    ("--config.points=fuzzy", "--config.points"),
+    ("--config.videos=1", "--config.videos"),
+    ("--config.tau=0", "--config.tau"),
+    ("--config.theta_b=1.5", "--config.theta_b"),
+    ("--config.b_p=0", "--config.b_p"),
+    ("--config.alphas=0.5,1.5", "--config.alphas"),
+    ("--config.budgets_hours=-1", "--config.budgets_hours"),
+])
+def test_bad_settings_name_the_field(override, message):
+    with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
+        tiny("table1", override)
+
+
+def test_too_few_videos_and_too_large_budgets_fail_before_training(tmp_path):
+    with pytest.raises(ValueError, match="videos"):
+        run_experiment(tiny("table1", "--config.videos=9"), workdir=tmp_path / "a",
+                       progress=False, log=_quiet)
+    with pytest.raises(ValueError, match="budgets_hours"):
+        run_experiment(tiny("table2", "--config.budgets_hours=0.012,50"),
+                       workdir=tmp_path / "b", progress=False, log=_quiet)
+    assert not list((tmp_path / "a").glob("socl-*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experiment", ["figure7", "figure8", "table2", "table6", "table4"])
+def test_other_experiments_run_tiny(experiment, tmp_path):
+    report = run_experiment(tiny(experiment), workdir=tmp_path / "runs",
+                            out=tmp_path / "out", progress=False, log=_quiet)
+    assert (tmp_path / "out" / "results.md").exists()
+    for rows in report.payload["tables"]["arms"].values():
+        assert 0.0 <= rows[0]["auc"] <= 1.0
+    if experiment == "table4":
+        fees = report.payload["fees"]
+        assert fees["box"]["fee"] > fees["point"]["fee"] > 0
