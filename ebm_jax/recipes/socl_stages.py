@@ -159,9 +159,9 @@ def pseudo_box_sequences(sequences, tops: dict, kind: str, alpha: float):
 
 
 def image_point(point) -> np.ndarray:
-    """A point annotation (1-indexed x, y, as points.txt) in the convention of
-    `ebm_jax.tracking.top_maps`."""
-    return np.asarray(point, np.float64) - 1.0
+    """A point annotation (x, y, 1-indexed as points.txt) for `ebm_jax.tracking.top_maps`,
+    which takes points and boxes 1-indexed too."""
+    return np.asarray(point, np.float64)
 
 
 def socl_settings(cfg: Config, arm: Arm):

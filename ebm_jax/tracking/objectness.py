@@ -77,7 +77,7 @@ def rect_areas(rects: np.ndarray) -> np.ndarray:
 
 def spectral_residual_saliency(image, size: int, blur: float) -> np.ndarray:
     """(size, size) spectral residual saliency (Hou & Zhang 2007, "Saliency detection: a
-    spectral residual approach", CVPR, eqs. 5-9) of `image` (H, W, C) float resized to
+    spectral residual approach", CVPR, sec. 2) of `image` (H, W, C) float resized to
     size x size: per channel, R = log|F| - (3x3 mean of log|F|); S = |F^-1[exp(R + iP)]|^2
     smoothed by a Gaussian of sigma blur * size; channels processed independently and
     summed (Alexe et al. 2012, sec. 3.1)."""
@@ -106,7 +106,7 @@ def saliency_maps(image, scales, blur: float) -> np.ndarray:
 
 
 def saliency_scores(maps: np.ndarray, rects: np.ndarray, threshold: float) -> np.ndarray:
-    """(K,) multi-scale saliency MS (Alexe et al. 2012, eq. 1): per scale,
+    """(K,) multi-scale saliency MS (Alexe et al. 2012, sec. 3.1): per scale,
     sum_{p in w, I(p) >= t} I(p) x |{p in w : I(p) >= t}| / |w|; combined over scales by
     the mean (the original scores a window on the one scale it was sampled at; windows
     here are not tied to a scale, and every map is normalised to [0, 1])."""
@@ -146,7 +146,7 @@ def integral_histogram(bin_map: np.ndarray) -> np.ndarray:
 
 def colour_contrast_scores(histogram: np.ndarray, rects: np.ndarray,
                            surround_rects: np.ndarray) -> np.ndarray:
-    """(K,) colour contrast CC (Alexe et al. 2012, eq. 2): the chi-square distance
+    """(K,) colour contrast CC (Alexe et al. 2012, sec. 3.2): the chi-square distance
     0.5 sum (p - q)^2 / (p + q) in [0, 1] between the normalised colour histograms of the
     window (p) and of its surrounding ring (q: the enlarged window, clipped to the image,
     minus the window); 0 where the ring is empty (a window covering the image)."""
@@ -176,7 +176,7 @@ def canny_edges(image, low: float, high: float) -> np.ndarray:
 
 def edge_density_scores(edges: np.ndarray, rects: np.ndarray,
                         inner_rects: np.ndarray) -> np.ndarray:
-    """(K,) edge density ED (Alexe et al. 2012, eq. 3): the fraction of edge pixels in
+    """(K,) edge density ED (Alexe et al. 2012, sec. 3.3): the fraction of edge pixels in
     the inner ring (the window minus the window shrunk about its centre); 0 where the
     ring is empty. The original divides by the ring's perimeter, which grows the score
     with the window (the ring's thickness scales with it) and is balanced there by the
@@ -193,8 +193,8 @@ def edge_density_scores(edges: np.ndarray, rects: np.ndarray,
 def rank_normalise(values) -> np.ndarray:
     """(K,) the rank of each value among the K, over K - 1, in [0, 1] (ties share their
     mean rank; a single value gets 1). Stands in for the learned cue likelihoods of
-    Alexe et al. 2012 (sec. 4), which are not available: cues on different scales
-    become comparable, and their mean is the fused objectness."""
+    Alexe et al. 2012 (their naive Bayes cue integration), which are not available:
+    cues on different scales become comparable, and their mean is the fused objectness."""
     values = np.asarray(values, np.float64)
     if values.size <= 1:
         return np.ones_like(values)
@@ -216,7 +216,7 @@ def thinned_sobel_edges(image) -> np.ndarray:
     (lightly triangle-smoothed, divided by its maximum), kept only where it is a local
     maximum across the edge: not below either neighbour along the gradient direction,
     quantised to 0, 45, 90 or 135 degrees (Canny's non-maximum suppression). Thinning
-    is what keeps EdgeBoxes fast (Zitnick & Dollar 2014, sec. 3: thinned edges)."""
+    is what keeps EdgeBoxes fast (Zitnick & Dollar 2014 run it on thinned edges)."""
     grey = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)
     grey = _triangle_smooth(grey.astype(np.float32) / 255.0, 1)
     gx = cv2.Sobel(grey, cv2.CV_32F, 1, 0, ksize=3)

@@ -212,7 +212,7 @@ def objectness(image, boxes, settings) -> np.ndarray:
     without the superpixel cue): multi-scale saliency, colour contrast and edge density
     (`ebm_jax.tracking.objectness`), on the cue-size copy, each rank-normalised over
     the K boxes (rank / (K - 1)) and averaged. The original combines the cues' learned
-    likelihoods in a naive Bayes model (Alexe et al. 2012, sec. 4); without them, the
+    likelihoods in a naive Bayes model (Alexe et al. 2012); without them, the
     rank average weighs the cues equally and depends only on each cue's ordering."""
     image = _check_image(image)
     boxes = _check_boxes(boxes)
@@ -331,7 +331,7 @@ def grid_softmax(score_map, grid_hw, *, temperature=1.0) -> np.ndarray:
 
 
 def pseudo_box(score_map, point, alpha) -> np.ndarray:
-    """(4,) xywh pseudo ground truth from a score map (SoCL sec. 4, Fig. 8, BCE-Siam):
+    """(4,) xywh pseudo ground truth from a score map (SoCL sec. 4.2, Fig. 8, BCE-Siam):
     the bounding box of the 8-connected region of pixels with score >= alpha x max that
     holds the point's pixel, or else the region of the such pixel nearest the point."""
     values = np.asarray(score_map, np.float64)

@@ -4,6 +4,9 @@ piece against a direct loop, and the whole on a synthetic frame with a known tar
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ from ebm_jax.eval.tracking import box_iou
 from ebm_jax.tracking import objectness as cues
 from ebm_jax.tracking import top_maps as tm
 
+ROOT = Path(__file__).parents[2]
 TARGET = np.array([71.0, 41.0, 48.0, 40.0])  # xywh, 1-indexed: columns 70..117, rows 40..79
 
 
@@ -231,8 +235,7 @@ def reference_nms(boxes, scores, iou, keep):
     for k in order:
         if len(kept) == keep:
             break
-        overlaps = box_iou(np.repeat(boxes[k][None], len(kept), 0), boxes[kept]) if kept else []
-        if all(o <= iou for o in overlaps):
+        if all(box_iou(boxes[k][None], boxes[j][None])[0] <= iou for j in kept):
             kept.append(k)
     return np.array(kept, int)
 
@@ -391,3 +394,36 @@ def test_bad_inputs_name_the_argument():
         tm.random_proposals(image.shape, point, tm.TopMapSettings(), 0)
     with pytest.raises(ValueError, match="ks must be"):
         tm.recall_at([np.ones((1, 4))], np.ones((1, 4)), [0])
+
+
+# -- the benchmark's report ----------------------------------------------------------------
+
+
+def test_benchmark_report_matches_a_recomputation(tmp_path):
+    from ebm_jax.data.sequences import read_got10k
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+
+    spec = importlib.util.spec_from_file_location("bench_top_maps",
+                                                  ROOT / "benchmarks" / "top_maps.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = tmp_path / "data"
+    generate_tracking_split(data, TrackingSpec(split="test", num_sequences=1, num_frames=4,
+                                               height=96, width=128))
+    out = tmp_path / "out"
+    assert bench.main(["--out", str(out), "--repeats", "1", "--train-size", "64",
+                       "--data", str(data)]) == 0
+    report = json.loads((out / "top_maps.json").read_text())
+    assert [r["size"] for r in report["speed"]] == [512, 64]
+    for run in report["speed"]:
+        assert set(run["seconds"]) == {"top_map", *bench.COMPONENTS}
+        assert all(v["min"] <= v["median"] <= v["max"] for v in run["seconds"].values())
+    rec = report["recall"]
+    assert rec["frames"] + rec["skipped"] == 4 and rec["ks"][-1] == 64
+    seq = read_got10k(data)[0]
+    inside = [0.5 <= x <= 128.5 and 0.5 <= y <= 96.5 for x, y in seq.points]
+    frames = [i for i in range(4) if not seq.absent[i] and inside[i]]
+    kept = [tm.top_boxes(seq.read_frame(i), seq.points[i])[0] for i in frames]
+    np.testing.assert_allclose(rec["recall"], tm.recall_at(kept, seq.boxes[frames], rec["ks"]))
+    table = (out / "top_maps.md").read_text()
+    assert "| **top_map (whole)** |" in table and "| recall |" in table
