@@ -1,5 +1,5 @@
-"""TOP map speed and proposal recall (`ebm_jax.tracking.top_maps`; SoCL, Wang et al.
-CVPR 2022, sec. 3.1: "about 0.4 seconds for one video frame (512x512)"; Fig. 4: target
+"""TOP map speed and proposal recall (`ebm_jax.tracking.top_maps`; SoCL, Wu & Chan,
+sec. 3.1: "about 0.4 seconds for one video frame (512x512)"; Fig. 4: target
 recall against the number of kept proposals, IoU 0.5).
 
     python benchmarks/top_maps.py --out results/bench [--data DIR] [--repeats 5]
@@ -37,6 +37,7 @@ import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ebm_jax.io import write_report  # noqa: E402
+from ebm_jax.train.records import cpu_name  # noqa: E402
 from ebm_jax.tracking import top_maps as tm  # noqa: E402
 
 COMPONENTS = ("random", "edgeboxes", "cues", "nms", "map")
@@ -152,15 +153,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-    except OSError:
-        names = []
-    return names[0] if names else (platform.processor() or platform.machine())
-
-
 def run(args) -> dict:
     cv2.setNumThreads(1)
     settings = tm.TopMapSettings()
@@ -169,7 +161,7 @@ def run(args) -> dict:
               "settings": {k: v for k, v in vars(settings).items()},
               "speed": [speed(size, settings, args.repeats)
                         for size in dict.fromkeys((512, args.train_size))],
-              "environment": {"cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+              "environment": {"cpu": cpu_name(), "cpu_count": os.cpu_count(),
                               "platform": platform.platform(),
                               "python": platform.python_version(),
                               "numpy": np.__version__, "cv2": cv2.__version__,

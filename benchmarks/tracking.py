@@ -61,6 +61,7 @@ from ebm_jax.ops.xcorr import xcorr_broadcast
 from ebm_jax.tracking import (SiamFCSettings, box_to_center, crop_square, exemplar_side,
                               make_siamfc_loss, make_tracker, model_embed)
 from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate, shard_batch
+from ebm_jax.train.records import cpu_name
 
 HERE = Path(__file__).resolve().parent
 FPS_TARGET, STEPS_TARGET = 2.0, 1.5  # JAX / eager PyTorch
@@ -414,15 +415,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-    except OSError:
-        names = []
-    return names[0] if names else (platform.processor() or platform.machine())
-
-
 def run(args) -> dict:
     """Builds both sides, checks that they agree, times them interleaved; the report."""
     settings = SiamFCSettings()
@@ -485,7 +477,7 @@ def run(args) -> dict:
         if not np.all(np.isfinite(losses)):
             raise FloatingPointError(f"JAX SiamFC (conv {kind}): non-finite training loss")
     report = {
-        "environment": {"cpu_count": os.cpu_count(), "cpu": _cpu_name(),
+        "environment": {"cpu_count": os.cpu_count(), "cpu": cpu_name(),
                         "platform": platform.platform(),
                         "python": platform.python_version(), "jax": jax.__version__,
                         "jax_device": str(jax.devices()[0].device_kind),

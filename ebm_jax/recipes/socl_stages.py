@@ -48,9 +48,24 @@ def point_annotations(seq, kind: str) -> np.ndarray:
     if pts is None:
         raise ValueError(f"sequence {seq.name!r} has no {'noisy_' if kind == 'noisy' else ''}"
                          "points.txt: SoCL trains on point annotations (the generated "
-                         "benchmark writes them; a real set needs them beside "
-                         "groundtruth.txt)")
+                         "benchmark writes them; for a real set give them beside "
+                         "groundtruth.txt, or take the box centres as the paper does on "
+                         "GOT-10k with --config.points_from_boxes=true)")
     return np.asarray(pts, np.float64)
+
+
+def points_from_boxes(seq, shift: float, seed: int):
+    """`seq` with the paper's points for box-annotated sets (sec. 4.1, "we generate center
+    point annotations from the original box annotations"): the box centre (1-indexed, as
+    points.txt), and the centre moved `shift` px in a uniformly random direction (seeded
+    by `seed`) as the noisy point. Sequences that carry points are returned unchanged."""
+    if seq.points is not None:
+        return seq
+    boxes = np.asarray(seq.boxes, np.float64)
+    centres = boxes[:, :2] + (boxes[:, 2:] - 1.0) / 2.0
+    phi = np.random.default_rng(seed).uniform(0.0, 2 * np.pi, len(seq))
+    noisy = centres + shift * np.column_stack([np.cos(phi), np.sin(phi)])
+    return dataclasses.replace(seq, points=centres, noisy_points=noisy)
 
 
 def annotated_frames(seq, kind: str, every: int) -> np.ndarray:

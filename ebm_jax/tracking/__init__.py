@@ -1,6 +1,8 @@
 """Visual tracking: SiamFC's crops, training loss and tracker as pure JAX functions
 (Bertinetto et al. 2016); a tracker is a pair `init(params, frame, box) -> State`,
-jitted `update(params, state, frame) -> (State, box)`."""
+jitted `update(params, state, frame) -> (State, box)`. SoCL (Wu & Chan, "Learning
+Tracking Representations from Single Point Annotations"): target objectness prior maps
+from a frame and its point (`top_maps`) and SoCL-Siam's training loss (`socl_siam`)."""
 
 from ebm_jax.tracking.crops import (
     box_to_center,
@@ -21,9 +23,20 @@ from ebm_jax.tracking.siamfc import (
     track_sequence,
     training_crops,
 )
+from ebm_jax.tracking.socl_siam import make_socl_siam_loss
+from ebm_jax.tracking.top_maps import (
+    TopMapSettings,
+    grid_softmax,
+    pseudo_box,
+    recall_at,
+    score_map,
+    top_boxes,
+    top_map,
+)
 
 __all__ = [
     "SiamFCSettings",
+    "TopMapSettings",
     "Tracker",
     "TrackerState",
     "balanced_bce",
@@ -32,10 +45,17 @@ __all__ = [
     "crop_square",
     "crop_square_np",
     "exemplar_side",
+    "grid_softmax",
     "make_labels",
     "make_siamfc_loss",
+    "make_socl_siam_loss",
     "make_tracker",
     "model_embed",
+    "pseudo_box",
+    "recall_at",
+    "score_map",
+    "top_boxes",
+    "top_map",
     "track_sequence",
     "training_crops",
 ]

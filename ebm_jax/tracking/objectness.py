@@ -1,7 +1,7 @@
 """Objectness of image windows: the multi-scale saliency, colour contrast and edge
 density cues of Alexe et al. 2012 ("Measuring the objectness of image windows", TPAMI,
-sec. 3.1-3.3; the superpixel straddling cue left out, as SoCL does: Wang et al., CVPR
-2022, sec. 3.1), and the edge maps fed to EdgeBoxes (Zitnick & Dollar 2014).
+sec. 3.1-3.3; the superpixel straddling cue left out, as SoCL does: Wu & Chan,
+sec. 3.1), and the edge maps fed to EdgeBoxes (Zitnick & Dollar 2014).
 
 Every cue is a per-pixel map of the (downscaled) cue image plus a window score read from
 integral images, so that thousands of windows cost a few gathers each and no loop runs

@@ -1,6 +1,5 @@
-"""Target objectness prior (TOP) maps from a point annotation (Wang et al., "Learning
-tracking representations via soft contrastive learning from point annotations" (SoCL),
-CVPR 2022, sec. 3.1, Fig. 3).
+"""Target objectness prior (TOP) maps from a point annotation (Wu & Chan, "Learning
+Tracking Representations from Single Point Annotations" (SoCL), sec. 3.1, Fig. 3).
 
 Per frame: 5000 random boxes centred on the point (log-uniform scales and aspect ratios)
 plus the EdgeBoxes proposals (Zitnick & Dollar 2014, 1000 per frame) whose centre lies

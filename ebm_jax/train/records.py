@@ -44,6 +44,16 @@ def versions() -> dict:
     }
 
 
+def cpu_name() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else (platform.processor() or platform.machine())
+
+
 def _pkg_version(name: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -139,3 +139,23 @@ def test_other_experiments_run_tiny(experiment, tmp_path):
     if experiment == "table4":
         fees = report.payload["fees"]
         assert fees["box"]["fee"] > fees["point"]["fee"] > 0
+
+
+def test_sequences_without_points_fail_or_take_box_centres():
+    import dataclasses as dc
+
+    from ebm_jax.data.sequences import Sequence
+    from ebm_jax.recipes.socl_stages import point_annotations, points_from_boxes
+
+    boxes = np.array([[11.0, 21.0, 10.0, 6.0], [13.0, 20.0, 8.0, 8.0]])
+    seq = Sequence(name="real", frames=("a", "b"), boxes=boxes, image_size=(60, 80),
+                   absent=np.zeros(2, bool))
+    with pytest.raises(ValueError, match="'real'.*points_from_boxes"):
+        point_annotations(seq, "clean")
+    with_pts = points_from_boxes(seq, 20.0, seed=0)
+    np.testing.assert_allclose(point_annotations(with_pts, "clean"),
+                               [[15.5, 23.5], [16.5, 23.5]])
+    shift = point_annotations(with_pts, "noisy") - point_annotations(with_pts, "clean")
+    np.testing.assert_allclose(np.hypot(*shift.T), 20.0)
+    kept = dc.replace(seq, points=boxes[:, :2], noisy_points=boxes[:, :2])
+    assert points_from_boxes(kept, 20.0, seed=0) is kept
