@@ -270,7 +270,8 @@ def run(cfg: Config, ctx: RunContext) -> Report:
         for arm in arms:
             identity, model, figures = _train(cfg, ctx, data, arm, seed, cache)
             ident = ({"trained": identity} if identity is not None
-                     else {"start_of": f"socl-s{seed}", "width": cfg.width})
+                     else {"start_of": f"socl-s{seed}", "width": cfg.width,
+                           "run_seed": ctx.seed})
             recs = tstages.evaluate(
                 ctx, f"{arm.method}-s{seed}", {**ident, "set": set_id, "tracking": settings},
                 "generated-test", test, tstages.siamfc_runner(model, cfg),
