@@ -106,23 +106,3 @@ def test_train_infra_benchmark_smoke(tmp_path):
     (c,) = report["checkpoints"]
     assert c["parameters"] == 10 * (8 * 8 + 8) and c["save_seconds"] > 0
     assert "restore s" in (tmp_path / "train_infra.md").read_text()
-
-
-def test_top_maps_benchmark_smoke(tmp_path):
-    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
-
-    spec = importlib.util.spec_from_file_location(
-        "bench_top_maps", Path(__file__).parents[2] / "benchmarks" / "top_maps.py")
-    top = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(top)
-    data = generate_tracking_split(tmp_path / "d", TrackingSpec(
-        split="test", num_sequences=1, num_frames=3, height=96, width=128, seed=0),
-        progress=False)
-    assert top.main(["--out", str(tmp_path / "o"), "--repeats", "1", "--train-size", "64",
-                     "--data", str(data)]) == 0
-    report = json.loads((tmp_path / "o" / "top_maps.json").read_text())
-    md = (tmp_path / "o" / "top_maps.md").read_text()
-    assert "recall" in md and report["environment"]["cpu"]
-    with pytest.raises(SystemExit):
-        top.main(["--out", str(tmp_path / "o2"), "--repeats", "0"])
-    assert not (tmp_path / "o2").exists()
