@@ -90,8 +90,9 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
 
     shuffle: "batch" permutes the batch before the key encoder and restores the order
     after (for `SplitBatchNorm` encoders on one device); "devices" shuffles across
-    devices (train step with `per_device=True, fold_device_key=False`; the global keys
-    are gathered before they are enqueued) over the mesh axis `axis_name` (the data
+    devices (train step with `per_device=True, fold_device_key=False`: the permutation
+    key is shared, the augmentation keys are folded with the device index here; the
+    global keys are gathered before they are enqueued) over the mesh axis `axis_name` (the data
     axis of the train step); "none" is the no-shuffle ablation.
     """
     if not 0.0 <= float(momentum) <= 1.0:
@@ -110,6 +111,11 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
 
     def loss_fn(model, images, key):
         k_q, k_k, k_perm = jax.random.split(key, 3)
+        if shuffle == "devices":
+            # the step key is shared so that every device draws the same permutation;
+            # the views are the device's own (as the reference's per-GPU augmentation)
+            device = jax.lax.axis_index(axis_name)
+            k_q, k_k = (jax.random.fold_in(k, device) for k in (k_q, k_k))
         query_params = jax.lax.stop_gradient(nnx.state(model.query, nnx.Param))
         key_params = nnx.state(model.key_encoder, nnx.Param)
         nnx.update(model.key_encoder, ema_update(key_params, query_params, momentum))

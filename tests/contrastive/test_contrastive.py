@@ -474,6 +474,44 @@ def test_moco_step_with_batch_norm_shuffled_across_devices():
             np.testing.assert_array_equal(s, shards[0])
 
 
+def test_moco_devices_draw_their_own_augmentations():
+    """With BN shuffled across devices the step key is shared (the permutation must
+    agree), but each device augments its own slot with its own keys: identical images
+    on two devices give different keys in the queue."""
+    import optax
+    from flax import nnx
+
+    from ebm_jax.contrastive import make_moco_loss
+    from ebm_jax.models.contrastive import QUERY_PARAMS, MoCo
+    from ebm_jax.train import DATA_AXIS, create_train_state, make_mesh, make_train_step, replicate
+
+    class Linear(nnx.Module):
+        def __init__(self, rngs):
+            self.fc = nnx.Linear(16, 8, rngs=rngs)
+
+        def __call__(self, x):
+            z = self.fc(x.reshape(x.shape[0], -1))
+            return z / jnp.linalg.norm(z, axis=-1, keepdims=True)
+
+    def noise(key, image, size):  # the augmentation is the key made visible
+        return image + jax.random.normal(key, image.shape)
+
+    mesh = make_mesh(2)
+    model = MoCo(Linear, queue_size=16, dim=8, rngs=nnx.Rngs(0))
+    opt = optax.sgd(0.0)
+    graphdef, state = create_train_state(model, opt, jax.random.key(0), trainable=QUERY_PARAMS)
+    loss = make_moco_loss(momentum=1.0, temperature=0.2, augment=noise, image_size=4,
+                          shuffle="devices", axis_name=DATA_AXIS)
+    step = make_train_step(graphdef, loss, opt, mesh, trainable=QUERY_PARAMS,
+                           per_device=True, fold_device_key=False)
+    images = np.ones((8, 4, 4, 1), np.float32)  # slots 0-3 on device 0, 4-7 on device 1
+    state, _ = step(replicate(state, mesh), images)
+    queue = np.asarray(nnx.merge(graphdef, state.params, state.rest).queue[...])
+    keys = queue[:8]  # (K, D): the 8 keys just enqueued, in slot order
+    assert not np.allclose(keys[:4], keys[4:], atol=1e-3)  # devices drew differently
+    assert not np.allclose(keys[0], keys[1], atol=1e-3)  # and so did slots
+
+
 def test_losses_import_neither_models_nor_training():
     import ast
     from pathlib import Path
