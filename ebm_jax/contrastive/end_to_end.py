@@ -25,16 +25,26 @@ def end_to_end_loss(q: jax.Array, k: jax.Array, temperature: float) -> jax.Array
 
 
 def make_end_to_end_loss(*, temperature: float, augment: Callable,
-                         image_size: int) -> Callable:
+                         image_size: int, shuffle: bool = False) -> Callable:
     """`loss_fn(model, images, key) -> (loss, metrics)` for `ebm_jax.train` (model: a
-    module with one `encoder`, `ebm_jax.models.contrastive.Siamese`)."""
+    module with one `encoder`, `ebm_jax.models.contrastive.Siamese`).
+
+    shuffle: the keys pass the encoder in a random order of the batch, restored after,
+    as MoCo's keys do (sec. 3.3, shuffling BN): with an encoder whose batch norm works on
+    groups of the batch, a query and its key are then normalised in different groups, so
+    the mechanisms of the ablation (Fig. 3) share one normalisation."""
     checks.positive("temperature", temperature)
     from ebm_jax.data.augment import augment_batch
 
     def loss_fn(model, images, key):
-        k_q, k_k = jax.random.split(key)
+        k_q, k_k, k_perm = jax.random.split(key, 3)
         q = model.encoder(augment_batch(augment, k_q, images, size=image_size))
-        k = model.encoder(augment_batch(augment, k_k, images, size=image_size))
+        x_k = augment_batch(augment, k_k, images, size=image_size)
+        if shuffle:
+            perm = jax.random.permutation(k_perm, x_k.shape[0])
+            k = model.encoder(x_k[perm])[jnp.argsort(perm)]
+        else:
+            k = model.encoder(x_k)
         loss = end_to_end_loss(q, k, temperature)
         accuracy = jnp.mean(jnp.argmax(q @ k.T, axis=1) == jnp.arange(q.shape[0]))
         return loss, {"accuracy": accuracy}

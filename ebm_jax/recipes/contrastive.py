@@ -33,6 +33,7 @@ from ebm_jax.eval.linear_probe import extract_features
 from ebm_jax.models.contrastive import METHODS, resnet_activation_bytes
 from ebm_jax.models.resnet import ARCHS
 from ebm_jax.recipes.contrastive_stages import (
+    MECHANISMS,
     TABLES,
     RunSpec,
     all_specs,
@@ -72,7 +73,7 @@ class Config:
     temperature: float = 0.1  # MoCo, end-to-end, memory bank
     momentum: float = 0.99
     queue_size: int = 1024
-    num_splits: int = 4  # shuffled BN groups on one device
+    num_splits: int = 4  # BN groups of MoCo, end-to-end and the memory bank on one device
     augment: str = "digits"
     instdisc_temperature: float = 0.07
     instdisc_learning_rate: float = 0.03  # NCE's summed noise terms diverge at 0.06
@@ -178,10 +179,10 @@ def check(cfg: Config, ctx: RunContext) -> None:
             except ValueError as e:
                 raise ValueError(f"{s.name}: {e} (--config.queue_size / queue_values)"
                                  ) from None
-            if devices == 1 and b % cfg.num_splits:
-                raise ValueError(f"--config.batch_size {b} must be divisible by "
-                                 f"--config.num_splits {cfg.num_splits} (shuffled batch "
-                                 "norm groups)")
+        if s.method in MECHANISMS and devices == 1 and b % cfg.num_splits:
+            raise ValueError(f"--config.batch_size {b} must be divisible by "
+                             f"--config.num_splits {cfg.num_splits} (the batch norm groups "
+                             f"of {s.name})")
         if s.method in METHODS[:-1]:  # every loss is built once: bad settings fail here
             make_loss(s, cfg, devices)
     _check_memory(cfg, specs)

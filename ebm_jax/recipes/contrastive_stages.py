@@ -114,10 +114,27 @@ def _load_data(name, size, root, seed, num_train, num_test):
                                       num_train=num_train, num_test=num_test)
 
 
+MECHANISMS = ("moco", "end-to-end", "memory-bank")  # the arms of MoCo's Fig. 3
+
+
+def bn_groups(method: str, num_splits: int, num_devices: int) -> int:
+    """Batch-norm groups of the encoder while it trains. The three mechanisms of MoCo's
+    ablation normalise alike (He et al. 2020, sec. 3.3 and Fig. 3), in groups of
+    batch / num_splits on one device and of one device's shard on several: MoCo's
+    per-device step (`shard_map`) normalises each shard by itself, and the other two,
+    which train under plain `jit`, split the global batch into the devices' shards.
+    InstDisc and the supervised ceiling keep full-batch batch norm."""
+    if method not in MECHANISMS:
+        return 1
+    if num_devices == 1:
+        return num_splits
+    return 1 if method == "moco" else num_devices
+
+
 def build_model(spec: RunSpec, cfg: Config, data, ctx: RunContext):
     """The run's model (`Built`), initialised with the stage's "init" key; the same call
     in the linear-evaluation stage rebuilds the structure the checkpoint fills."""
-    splits = cfg.num_splits if (spec.method == "moco" and ctx.num_devices == 1) else 1
+    splits = bn_groups(spec.method, cfg.num_splits, ctx.num_devices)
 
     def make_encoder(rngs, head=cfg.head):
         return ResNetEncoder(cfg.arch, in_channels=data.image_shape[-1], small_images=True,
@@ -139,7 +156,7 @@ def make_loss(spec: RunSpec, cfg: Config, num_devices: int = 1):
                               axis_name=DATA_AXIS)
     if spec.method == "end-to-end":
         return make_end_to_end_loss(temperature=cfg.temperature, augment=augment,
-                                    image_size=size)
+                                    image_size=size, shuffle=True)
     if spec.method in ("instdisc", "memory-bank"):
         instdisc = spec.method == "instdisc"
         return make_instdisc_loss(

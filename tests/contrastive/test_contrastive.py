@@ -360,6 +360,53 @@ def test_end_to_end_loss_equals_numpy():
         end_to_end_loss(jnp.asarray(q), jnp.asarray(k), 0.0)
 
 
+def test_end_to_end_shuffled_keys_come_back_in_order():
+    """shuffle=True sends the keys through the encoder permuted and restores the order:
+    with a row-wise encoder the loss equals the unshuffled one; with batch norm in
+    groups it does not (a query and its key sit in different groups)."""
+    from flax import nnx
+
+    from ebm_jax.contrastive import make_end_to_end_loss
+    from ebm_jax.models import SplitBatchNorm
+
+    class Encoder(nnx.Module):
+        def __init__(self, norm: bool):
+            self.fc = nnx.Linear(16, 8, rngs=nnx.Rngs(0))
+            self.bn = SplitBatchNorm(8, 2, rngs=nnx.Rngs(0)) if norm else None
+
+        def __call__(self, x):
+            z = self.fc(x.reshape(x.shape[0], -1))
+            z = z if self.bn is None else self.bn(z)
+            return z / jnp.linalg.norm(z, axis=-1, keepdims=True)
+
+    def jitter(key, image, size):
+        return image + 0.1 * jax.random.normal(key, image.shape)
+
+    images = jnp.asarray(np.random.default_rng(0).random((8, 4, 4, 1), np.float32))
+    key = jax.random.key(3)
+    losses = {}
+    for norm in (False, True):
+        for shuffle in (False, True):
+            model = nnx.Module()
+            model.encoder = Encoder(norm)
+            fn = make_end_to_end_loss(temperature=0.2, augment=jitter, image_size=4,
+                                      shuffle=shuffle)
+            losses[norm, shuffle] = float(fn(model, images, key)[0])
+    np.testing.assert_allclose(losses[False, True], losses[False, False], rtol=1e-6)
+    assert abs(losses[True, True] - losses[True, False]) > 1e-4
+
+
+def test_mechanisms_share_their_batch_norm_groups():
+    from ebm_jax.recipes.contrastive_stages import bn_groups
+
+    for devices, want in ((1, {"moco": 4, "end-to-end": 4, "memory-bank": 4}),
+                          (2, {"moco": 1, "end-to-end": 2, "memory-bank": 2})):
+        assert {m: bn_groups(m, 4, devices) for m in want} == want
+    # MoCo's per-device step normalises one shard per device: 1 group of batch / 2,
+    # the same groups as the other two's 2 groups of the global batch
+    assert bn_groups("instdisc", 4, 1) == bn_groups("supervised", 4, 2) == 1
+
+
 def test_memory_bank_infonce_kind_equals_numpy():
     from flax import nnx
 
