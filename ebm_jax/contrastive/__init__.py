@@ -26,7 +26,11 @@ from ebm_jax.contrastive.moco import (
     init_queue,
     make_moco_loss,
 )
-from ebm_jax.contrastive.shuffle_bn import shuffle_across_devices, unshuffle_across_devices
+from ebm_jax.contrastive.shuffle_bn import (
+    shuffle_across_devices,
+    shuffled_forward,
+    unshuffle_across_devices,
+)
 from ebm_jax.contrastive.socl import (
     SoCLSettings,
     gst,
@@ -63,6 +67,7 @@ __all__ = [
     "normalise",
     "resolve_log_z",
     "shuffle_across_devices",
+    "shuffled_forward",
     "sns",
     "socl_loss",
     "soft_contrastive_loss",

@@ -34,17 +34,14 @@ def make_end_to_end_loss(*, temperature: float, augment: Callable,
     groups of the batch, a query and its key are then normalised in different groups, so
     the mechanisms of the ablation (Fig. 3) share one normalisation."""
     checks.positive("temperature", temperature)
+    from ebm_jax.contrastive.shuffle_bn import shuffled_forward
     from ebm_jax.data.augment import augment_batch
 
     def loss_fn(model, images, key):
         k_q, k_k, k_perm = jax.random.split(key, 3)
         q = model.encoder(augment_batch(augment, k_q, images, size=image_size))
         x_k = augment_batch(augment, k_k, images, size=image_size)
-        if shuffle:
-            perm = jax.random.permutation(k_perm, x_k.shape[0])
-            k = model.encoder(x_k[perm])[jnp.argsort(perm)]
-        else:
-            k = model.encoder(x_k)
+        k = shuffled_forward(model.encoder, x_k, k_perm) if shuffle else model.encoder(x_k)
         loss = end_to_end_loss(q, k, temperature)
         accuracy = jnp.mean(jnp.argmax(q @ k.T, axis=1) == jnp.arange(q.shape[0]))
         return loss, {"accuracy": accuracy}

@@ -105,6 +105,7 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
     from ebm_jax.contrastive.infonce import infonce_logits
     from ebm_jax.contrastive.shuffle_bn import (
         shuffle_across_devices,
+        shuffled_forward,
         unshuffle_across_devices,
     )
     from ebm_jax.data.augment import augment_batch
@@ -127,8 +128,7 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
             shuffled, perm = shuffle_across_devices(x_k, k_perm, axis_name)
             k = unshuffle_across_devices(model.key_encoder(shuffled), perm, axis_name)
         elif shuffle == "batch":
-            perm = jax.random.permutation(k_perm, x_k.shape[0])
-            k = model.key_encoder(x_k[perm])[jnp.argsort(perm)]
+            k = shuffled_forward(model.key_encoder, x_k, k_perm)
         else:
             k = model.key_encoder(x_k)
         k = jax.lax.stop_gradient(k)

@@ -9,8 +9,8 @@ Two forms:
   device's own batch statistics; `unshuffle_across_devices` restores the order.
   (Under a plain sharded `jit` BatchNorm would see the global batch, hence shard_map.)
 - on one device: `SplitBatchNorm` (in `ebm_jax.models.norm`) normalises S groups of
-  the batch with separate statistics (the single-device CIFAR recipe, S = 8); shuffle
-  with `jax.random.permutation` before the key encoder and invert after.
+  the batch with separate statistics (the single-device CIFAR recipe, S = 8);
+  `shuffled_forward` runs the key encoder on a permuted batch and restores the order.
 """
 
 from __future__ import annotations
@@ -18,7 +18,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["shuffle_across_devices", "unshuffle_across_devices"]
+__all__ = ["shuffle_across_devices", "shuffled_forward", "unshuffle_across_devices"]
+
+
+def shuffled_forward(fn, x: jax.Array, key: jax.Array) -> jax.Array:
+    """fn(x) computed on the batch in a random order (drawn from `key`), returned in the
+    original order: with batch norm in groups of the batch, each row is normalised among
+    other rows than in an unshuffled pass."""
+    perm = jax.random.permutation(key, x.shape[0])
+    return fn(x[perm])[jnp.argsort(perm)]
 
 
 def shuffle_across_devices(x: jax.Array, key: jax.Array, axis_name: str):

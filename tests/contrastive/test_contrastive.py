@@ -530,7 +530,13 @@ def test_moco_devices_draw_their_own_augmentations():
 
     from ebm_jax.contrastive import make_moco_loss
     from ebm_jax.models.contrastive import QUERY_PARAMS, MoCo
-    from ebm_jax.train import DATA_AXIS, create_train_state, make_mesh, make_train_step, replicate
+    from ebm_jax.train import (
+        DATA_AXIS,
+        create_train_state,
+        make_mesh,
+        make_train_step,
+        replicate,
+    )
 
     class Linear(nnx.Module):
         def __init__(self, rngs):
