@@ -1,0 +1,85 @@
+"""Reruns reproduce: the `tiny` variant of every experiment, run twice from scratch (two
+fresh work directories, nothing shared), writes the same results, timings aside.
+
+Two experiments run in the default suite; the rest are marked slow (`make test-slow`).
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ebm_jax import cli
+from ebm_jax.config import find_configs
+
+ROOT = Path(__file__).parents[1]
+CONFIGS = find_configs(ROOT / "experiments")
+FAST = {"figure2_toy1d_m", "moco_linear_eval"}
+
+# results.json keys that measure the machine or name the command line, not the results
+VOLATILE_KEY = re.compile(r"(seconds|per_second|seconds_per_\w+)$|^(command|workdir)$")
+# results.md table columns that hold timings ("pretrain img/s", "pretrain s", "s/iter")
+TIMING_COLUMN = re.compile(r"(^|\s)(s|h|min|img/s|it/s|s/iter|s/it|s/step)$|seconds|time",
+                           re.IGNORECASE)
+
+
+def without_timings(x):
+    """`x` (parsed results.json) without its volatile keys, recursively."""
+    if isinstance(x, dict):
+        return {k: without_timings(v) for k, v in x.items() if not VOLATILE_KEY.search(k)}
+    if isinstance(x, list):
+        return [without_timings(v) for v in x]
+    return x
+
+
+def masked_tables(text: str) -> list[str]:
+    """results.md's lines with the cells of timing columns replaced by '*'."""
+    out, timing, in_table = [], set(), False
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            in_table = False
+            out.append(line)
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not in_table:  # the header row
+            in_table = True
+            timing = {i for i, c in enumerate(cells) if TIMING_COLUMN.search(c)}
+        out.append("|".join("*" if i in timing else c for i, c in enumerate(cells)))
+    return out
+
+
+def test_the_masks_remove_timings_only():
+    results = {"ebm_jax": {"wall_seconds": 3.0, "command": "x", "seed": 0},
+               "rows": [{"ap": 40.1, "seconds_per_step": 0.1, "images_per_second": 9}]}
+    assert without_timings(results) == {"ebm_jax": {"seed": 0}, "rows": [{"ap": 40.1}]}
+    md = ("| run | acc. % | pretrain img/s | pretrain s |\n|---|---:|---:|---:|\n"
+          "| moco | 32.5 | 19 | 5 |\n\ntext 1.0\n")
+    other = md.replace("| 19 | 5 |", "| 12 | 8 |")
+    assert masked_tables(md) == masked_tables(other)
+    assert masked_tables(md) != masked_tables(md.replace("32.5", "32.4"))
+
+
+def _run(config: Path, root: Path) -> Path:
+    out = root / "out"
+    assert cli.main(["run", f"{config}:tiny", "--workdir", str(root / "runs"), "--out",
+                     str(out), "--no-progress"]) == 0
+    return out
+
+
+def _param(path):
+    marks = () if path.stem in FAST else (pytest.mark.slow,)
+    return pytest.param(path, marks=marks, id=f"{path.parent.name}/{path.stem}")
+
+
+@pytest.mark.parametrize("config", [_param(p) for p in CONFIGS])
+def test_tiny_run_twice_gives_identical_results(config, tmp_path):
+    a, b = _run(config, tmp_path / "a"), _run(config, tmp_path / "b")
+    ra = without_timings(json.loads((a / "results.json").read_text()))
+    rb = without_timings(json.loads((b / "results.json").read_text()))
+    # the comparison is of results, not of an empty shell
+    assert len(json.dumps(ra)) > 200
+    assert ra == rb
+    assert masked_tables((a / "results.md").read_text()) == \
+        masked_tables((b / "results.md").read_text())
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
