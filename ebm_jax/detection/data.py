@@ -27,8 +27,8 @@ from ebm_jax.io import atomic_write, read_json
 @dataclasses.dataclass
 class DetectionData:
     train: det_data.DetectionSet
-    val: det_data.DetectionSet
-    detections: list[dict]  # the detector's output on val (COCO result format)
+    val: det_data.DetectionSet  # the scored split (val, or a held-out test split)
+    detections: list[dict]  # the detector's output on it (COCO result format)
     kind: str  # "generated" or "coco"
     identity: dict  # {"train": ..., "val": ..., "detections": ...}
 
@@ -75,8 +75,10 @@ def _generate(root, spec: dict) -> Path:
 
 def open_generated(root, *, train: dict, val: dict, detector: dict) -> DetectionData:
     """The generated benchmark: `train` and `val` are `generate_dataset` arguments
-    (with num_images and seed) plus "split"; `detector` holds `simulate_detections`'
-    seed, iou_range and false_positives. Each split is written once under
+    (with num_images and seed) plus "split" (`val` is the scored split: a val or a
+    held-out test split, by its own name and seed); `detector` holds
+    `simulate_detections`' seed, iou_range, false_positives and (optionally)
+    candidates and confusion. Each split is written once under
     `generated_dir(root, spec)` and reused."""
     dirs = {"train": _generate(root, train), "val": _generate(root, val)}
     image_size = train["image_size"]
@@ -85,11 +87,12 @@ def open_generated(root, *, train: dict, val: dict, detector: dict) -> Detection
         image_size=image_size, name="train", preload=True)
     val_set = det_data.load_detection_set(
         dirs["val"] / "annotations.json", dirs["val"] / "images", image_size=image_size,
-        name="val", preload=True)
+        name=val.get("split", "val"), preload=True)
     dets = det_data.simulate_detections(
         val_set.annotations, seed=detector["seed"],
         iou_range=tuple(detector["iou_range"]),
-        false_positives=detector["false_positives"])
+        false_positives=detector["false_positives"],
+        **{k: detector[k] for k in ("candidates", "confusion") if k in detector})
     identity = {"train": {"generated": train}, "val": {"generated": val},
                 "detections": {"simulated": detector}}
     return DetectionData(train_set, val_set, dets, "generated", identity)

@@ -39,16 +39,26 @@ def _bucket(n: int) -> int:
     return max(8, 1 << (int(n) - 1).bit_length())
 
 
+def _clip(xyxy: np.ndarray, width: float, height: float) -> np.ndarray:
+    """xyxy boxes clipped to [0, width] x [0, height]."""
+    return np.clip(xyxy, 0.0, np.array([width, height, width, height], np.float32))
+
+
 def refine_detections(head, val: DetectionSet, features, detections: list[dict], *,
                       step_lengths: Sequence[float], refine_steps: int,
                       score_threshold: float = 0.05, max_detections: int = 100,
-                      nms_iou: float = 0.5, progress: bool = False) -> dict[str, list]:
+                      nms_iou: float = 0.5, guided_nms: bool = True,
+                      progress: bool = False) -> dict[str, list]:
     """The prediction of the paper's sec. 4.2 on every val image: the detector's boxes
-    with score > `score_threshold`, guided NMS by f (IoU `nms_iou`, at most
-    `max_detections`), then `refine_steps` gradient-ascent steps with `step_lengths`
-    (l_c, l_c, l_s, l_s) for (cx, cy, log w, log h). `features` is a `FeatureSource` of
-    `val`. Returns COCO result lists in the images' pixels: "initial" (the detector's
-    boxes above the threshold), "nms" and "refined"."""
+    with score > `score_threshold`, clipped to the image (as a detector's
+    post-processing does; a box wholly outside it is dropped); guided NMS by f (IoU
+    `nms_iou`, at most `max_detections`; with `guided_nms=False` the boxes are taken as
+    they are, the `max_detections` best-scored, for a detector's output after its own
+    NMS); then `refine_steps` gradient-ascent steps with `step_lengths` (l_c, l_c, l_s,
+    l_s) for (cx, cy, log w, log h), clipped to the image again. `features` is a
+    `FeatureSource` of `val`. Returns COCO result lists in the images' pixels:
+    "initial" (the detector's clipped boxes above the threshold), "nms" and
+    "refined"."""
     from tqdm import tqdm
 
     from ebm_jax.models.detection_head import refine_boxes
@@ -70,22 +80,35 @@ def refine_detections(head, val: DetectionSet, features, detections: list[dict],
                                disable=not progress, leave=False):
         i = row[image_id]
         s = float(val.scales[i])
-        n, size = len(dets), _bucket(len(dets))
+        # the image's extent in input pixels (the letterboxed frame without padding)
+        w_img, h_img = ((val.sizes[i] * s) if val.sizes is not None
+                        else (val.image_size, val.image_size))
         xywh = np.array([d["bbox"] for d in dets], np.float32)
+        xyxy = _clip(np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1) * s,
+                     w_img, h_img)
+        inside = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+        dets = [d for d, k in zip(dets, inside) if k]
+        if not dets:
+            continue
+        n, size = len(dets), _bucket(len(dets))
         boxes = np.zeros((size, 4), np.float32)
         boxes[:, 2:] = 1.0
-        boxes[:n] = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], 1) * s
+        boxes[:n] = xyxy[inside]
         classes = np.ones(size, np.int32)
         classes[:n] = [cat_index[d["category_id"]] for d in dets]
         scores = np.zeros(size, np.float32)
         scores[:n] = [d["score"] for d in dets]
         valid = np.arange(size) < n
         levels = [lv[0] for lv in features.levels([i])]
-        f = energy(state, levels, boxes, classes)
-        keep, new_scores = _NMS(boxes, f, scores, classes, valid, float(nms_iou),
-                                int(max_detections))
-        keep, new_scores = np.asarray(keep), np.asarray(new_scores)
-        kept = np.flatnonzero(keep)
+        if guided_nms:
+            f = energy(state, levels, boxes, classes)
+            keep, new_scores = _NMS(boxes, f, scores, classes, valid, float(nms_iou),
+                                    int(max_detections))
+            keep, new_scores = np.asarray(keep), np.asarray(new_scores)
+            kept = np.flatnonzero(keep)
+        else:
+            kept = np.sort(np.argsort(-scores[:n], kind="stable")[:max_detections])
+            new_scores = scores
         kb = np.zeros((_bucket(len(kept)), 4), np.float32)
         kb[:, 2:] = 1.0
         kb[:len(kept)] = boxes[kept]
@@ -93,7 +116,7 @@ def refine_detections(head, val: DetectionSet, features, detections: list[dict],
         kc[:len(kept)] = classes[kept]
         refined, _, _ = refine_boxes(head, levels, kb, kc, step_length=lengths,
                                      num_steps=refine_steps)
-        refined = np.asarray(refined)[:len(kept)]
+        refined = _clip(np.asarray(refined)[:len(kept)], w_img, h_img)
 
         def entry(box, j, score, image_id=image_id, s=s, dets=dets):
             x0, y0, x1, y1 = (np.asarray(box, float) / s).tolist()

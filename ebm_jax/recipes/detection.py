@@ -58,9 +58,16 @@ class Config:
     detections: str | None = None  # the detector's COCO result file on val_split
     train_split: str = "train2017"
     val_split: str = "val2017"
+    # the split whose boxes are refined and scored: "val" (where hyperparameters are
+    # chosen: the sweeps) or "test" (held out: the reported tables); with COCO, "test"
+    # needs a labelled held-out split and the detector's boxes on it
+    eval_split: str = "val"
+    test_split: str | None = None
+    test_detections: str | None = None
     data_root: str | None = None
     num_train: int = 240
     num_val: int = 80
+    num_test: int = 80
     image_size: int = 128
     num_classes: int = 4
     max_objects: int = 4
@@ -68,6 +75,8 @@ class Config:
     annotation_noise: float = 0.1
     detector_iou: tuple[float, float] = (0.5, 0.9)
     false_positives: float = 1.0
+    detector_candidates: float = 4.0  # boxes per found object before NMS, on average
+    detector_confusion: float = 0.2  # chance a candidate is also given another class
     # backbone stage
     widths: tuple[int, ...] = (32, 64)
     channels: int = 32
@@ -90,6 +99,10 @@ class Config:
     step_scale: float = 1.0  # multiplies every step length
     score_threshold: float = 0.05
     max_detections: int = 100
+    # guided NMS (REFERENCE.md sec. 2) on the detector's boxes before NMS; false: the
+    # boxes are a detector's output after its own NMS and are refined as they are
+    guided_nms: bool = True
+    nms_iou: float = 0.5
     seed: int = 0
     # the paper's figures: Table 2 (method, AP, AP50, AP75), Table 3 (sigmas..., AP)
     reference_table2: tuple[tuple[str, float, float, float], ...] = ()
@@ -136,11 +149,20 @@ class Config:
                 raise ConfigError(f"--config.step_lengths has no row for {m} (loss "
                                   f"{parse_method(m)[0]}); it has {sorted(families)}")
         c.one_of("data", ("generated", "coco"))
-        if self.data == "generated" and (self.coco_root or self.detections):
-            raise ConfigError("--config.coco_root and --config.detections need "
-                              "--config.data=coco (the generated benchmark simulates its "
-                              "detector)")
+        if self.data == "generated" and (self.coco_root or self.detections
+                                          or self.test_split or self.test_detections):
+            raise ConfigError("--config.coco_root, detections, test_split and "
+                              "test_detections need --config.data=coco (the generated "
+                              "benchmark simulates its detector)")
+        c.one_of("eval_split", ("val", "test"))
+        if self.data == "coco" and self.eval_split == "test" and not (
+                self.test_split and self.test_detections):
+            raise ConfigError("--config.eval_split=test with --config.data=coco needs "
+                              "--config.test_split (a labelled split held out from "
+                              "tuning) and --config.test_detections (the detector's "
+                              "boxes on it)")
         for name, low in (("num_samples", 1), ("num_train", 1), ("num_val", 1),
+                          ("num_test", 1),
                           ("image_size", 16), ("num_classes", 1), ("max_objects", 1),
                           ("min_size", 2), ("channels", 1), ("backbone_steps", 1),
                           ("backbone_batch", 1), ("hidden", 1), ("pool_size", 1),
@@ -163,6 +185,9 @@ class Config:
             raise ConfigError(f"--config.detector_iou must satisfy 0 < low <= high < 1, "
                               f"got {self.detector_iou!r}")
         c.float_range("false_positives", 0.0, 100.0)
+        c.float_range("detector_candidates", 1.0, 100.0)
+        c.float_range("detector_confusion", 0.0, 1.0)
+        c.float_range("nms_iou", 0.0, 1.0, open_low=True, open_high=True)
         c.float_range("weight_decay", 0.0, 1.0)
         if self.grad_clip is not None:
             c.positive("grad_clip")
@@ -274,9 +299,12 @@ def check(cfg: Config, ctx) -> None:
         checks.existing_dir("--config.coco_root", cfg.coco_root)
         from etils import epath
 
-        if not epath.Path(cfg.detections).is_file():
-            raise ValueError(f"--config.detections {cfg.detections} does not exist (the "
-                             "detector's COCO result file on the val split)")
+        for field in ("detections", "test_detections"):
+            path = getattr(cfg, field)
+            if path is not None and not epath.Path(path).is_file():
+                raise ValueError(f"--config.{field} {path} does not exist (the "
+                                 "detector's COCO result file on the "
+                                 f"{'val' if field == 'detections' else 'test'} split)")
     if cfg.data_root is not None:
         checks.existing_dir("--config.data_root", cfg.data_root)
     devices = ctx.num_devices
@@ -287,13 +315,16 @@ def check(cfg: Config, ctx) -> None:
     tables = plan(cfg)
     per_image = feature_bytes(cfg.image_size, _feature_levels(cfg), cfg.channels)
     cache = cfg.feature_cache_gib * 2**30
-    sizes = (cfg.num_train, cfg.num_val) if cfg.data == "generated" else (None, None)
+    scored = cfg.num_val if cfg.eval_split == "val" else cfg.num_test
+    sizes = (cfg.num_train, scored) if cfg.data == "generated" else (None, None)
     if cfg.data == "generated":
         checks.fits_in_memory("the generated images (kept in memory)",
                               sum(sizes) * cfg.image_size**2 * 3 * 4,
-                              hint="lower --config.num_train, num_val or image_size")
+                              hint="lower --config.num_train, num_val, num_test or "
+                              "image_size")
     cached = sum(cache if n is None else min(cache, n * per_image) for n in sizes)
-    checks.fits_in_memory("the cached frozen features (train and val)", cached,
+    checks.fits_in_memory(f"the cached frozen features (train and {cfg.eval_split})",
+                          cached,
                           hint="lower --config.feature_cache_gib")
     m = max(s.num_samples for rows in tables.values() for s in rows)
     pooled = cfg.pool_size**2 * cfg.channels + 2 * cfg.hidden
@@ -336,7 +367,8 @@ def run(cfg: Config, ctx):
             settings = dict(step_lengths=step_lengths(cfg, spec.method),
                             refine_steps=cfg.refine_steps,
                             score_threshold=cfg.score_threshold,
-                            max_detections=cfg.max_detections)
+                            max_detections=cfg.max_detections,
+                            guided_nms=cfg.guided_nms, nms_iou=cfg.nms_iou)
             identity = {"head": head_id, "val": data.identity["val"],
                         "detections": data.identity["detections"], **settings}
             row.update(ctx.cached(stage.dir(ctx), "eval", identity, lambda: (
@@ -348,7 +380,8 @@ def run(cfg: Config, ctx):
         ctx.log(f"[{i}/{len(specs)}] {spec.name}: {ap}")
     rows = {name: [results[s.name] for s in specs_] for name, specs_ in tables.items()}
     info = {"name": cfg.name, "data": data.kind, "num_train": len(data.train),
-            "num_val": len(data.val), "image_size": cfg.image_size,
+            "num_val": len(data.val), "eval_split": cfg.eval_split,
+            "guided_nms": cfg.guided_nms, "image_size": cfg.image_size,
             "classes": data.train.num_classes, **{k: getattr(cfg, k) for k in (
                 "pool_size", "channels", "hidden", "head_steps", "boxes_per_batch",
                 "refine_steps")}}

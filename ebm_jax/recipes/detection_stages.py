@@ -18,24 +18,42 @@ if TYPE_CHECKING:
 
 
 def open_data(cfg: Config, ctx):
-    """The data (validated: annotations, every image, the detections)."""
+    """The data (validated: annotations, every image, the detections), with the
+    `eval_split` (val or test) as the scored set; the detections must be pre-NMS when
+    guided NMS is on."""
     from ebm_jax import detection as det
+    from ebm_jax.data import detection as det_data
     from ebm_jax.train.stages import identity_hash
 
     if cfg.data == "coco":
-        return det.open_coco(cfg.coco_root, cfg.detections, image_size=cfg.image_size,
-                             train_split=cfg.train_split, val_split=cfg.val_split)
-    gen = dict(image_size=cfg.image_size, num_classes=cfg.num_classes,
-               max_objects=cfg.max_objects, min_size=cfg.min_size,
-               annotation_noise=cfg.annotation_noise)
-    spec = {split: {"split": split, **gen, "num_images": n,
-                    "seed": ctx.seed_of("data", split)}
-            for split, n in (("train", cfg.num_train), ("val", cfg.num_val))}
-    detector = {"seed": ctx.seed_of("data", "detector"),
-                "iou_range": list(cfg.detector_iou), "false_positives": cfg.false_positives}
-    root = cfg.data_root or ctx.workdir / "data"
-    ctx.log(f"generated data under {root} (spec {identity_hash(spec)})")
-    return det.open_generated(root, train=spec["train"], val=spec["val"], detector=detector)
+        test = cfg.eval_split == "test"
+        data = det.open_coco(cfg.coco_root, cfg.test_detections if test else cfg.detections,
+                             image_size=cfg.image_size, train_split=cfg.train_split,
+                             val_split=cfg.test_split if test else cfg.val_split)
+        where = (f"--config.{'test_detections' if test else 'detections'} "
+                 f"{cfg.test_detections if test else cfg.detections}")
+    else:
+        gen = dict(image_size=cfg.image_size, num_classes=cfg.num_classes,
+                   max_objects=cfg.max_objects, min_size=cfg.min_size,
+                   annotation_noise=cfg.annotation_noise)
+        split, n = ("val", cfg.num_val) if cfg.eval_split == "val" else ("test", cfg.num_test)
+        spec = {s: {"split": s, **gen, "num_images": k, "seed": ctx.seed_of("data", s)}
+                for s, k in (("train", cfg.num_train), (split, n))}
+        detector = {"seed": ctx.seed_of("data", "detector" if split == "val"
+                                        else "detector-test"),
+                    "iou_range": list(cfg.detector_iou),
+                    "false_positives": cfg.false_positives,
+                    "candidates": cfg.detector_candidates,
+                    "confusion": cfg.detector_confusion}
+        root = cfg.data_root or ctx.workdir / "data"
+        ctx.log(f"generated data under {root} (spec {identity_hash(spec)})")
+        data = det.open_generated(root, train=spec["train"], val=spec[split],
+                                  detector=detector)
+        where = ("the simulated detector's boxes (--config.detector_candidates="
+                 f"{cfg.detector_candidates:g})")
+    if cfg.guided_nms:  # before any training
+        det_data.check_pre_nms(data.detections, cfg.nms_iou, where)
+    return data
 
 
 def backbone_stage(cfg: Config, ctx, data):

@@ -95,7 +95,9 @@ def detection_markdown(tables: dict[str, list[dict]], info: dict, *,
     head_steps, boxes_per_batch, refine_steps, wall_seconds, devices)."""
     i = info
     parts = [f"# Detection box refinement ({i['data']} data, {i['name']})\n",
-             f"{i['num_train']} training and {i['num_val']} val images at "
+             f"{i['num_train']} training images; scored on {i['num_val']} "
+             f"{i.get('eval_split', 'val')} images"
+             f"{'' if i.get('guided_nms', True) else ' (no guided NMS)'} at "
              f"{i['image_size']}px; head: PrRoIPool {i['pool_size']}x{i['pool_size']} on "
              f"{i['channels']} channels, FC {i['hidden']}, {i['head_steps']} steps of "
              f"{i['boxes_per_batch']} boxes; T = {i['refine_steps']} refinement steps. "

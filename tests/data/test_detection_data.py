@@ -34,10 +34,53 @@ def test_generated_dataset_is_coco_format(dataset):
 
 def test_simulated_detector_has_realistic_ious(dataset):
     dets = det.simulate_detections(dataset.annotations, seed=1, false_positives=0.5,
-                                   miss_rate=0.0)
+                                   miss_rate=0.0, candidates=1.0, confusion=0.0)
     gt = json.loads(dataset.annotations.read_text())["annotations"]
     ious = [det._iou_xywh(g["bbox"], d["bbox"]) for g, d in zip(gt, dets)]
     assert 0.49 < min(ious) and max(ious) < 0.91
+
+
+def test_simulated_detector_gives_per_class_boxes_before_nms(dataset):
+    gt = json.loads(dataset.annotations.read_text())
+    dets = det.simulate_detections(dataset.annotations, seed=1, miss_rate=0.0)
+    # several candidates per object, every one at IoU in the range with its object
+    assert len(dets) > 3 * len(gt["annotations"])
+    assert det.duplicate_fraction(dets, 0.5) > 0.3
+    by_image = {}
+    for g in gt["annotations"]:
+        by_image.setdefault(g["image_id"], []).append(g)
+    best = [max(det._iou_xywh(g["bbox"], d["bbox"]) for g in by_image[d["image_id"]])
+            for d in dets if d["score"] > 0.5]
+    assert min(best) > 0.49
+    # the same box under another class, at a lower score
+    confused = [(a, b) for a, b in zip(dets, dets[1:]) if a["bbox"] == b["bbox"]]
+    assert confused and all(a["category_id"] != b["category_id"]
+                            and b["score"] < a["score"] for a, b in confused)
+    one = det.simulate_detections(dataset.annotations, seed=1, false_positives=0.0,
+                                  candidates=1.0, confusion=0.0)
+    assert det.duplicate_fraction(one, 0.5) < det.MIN_PRE_NMS_DUPLICATES
+    with pytest.raises(ValueError, match="candidates must be >= 1"):
+        det.simulate_detections(dataset.annotations, candidates=0.5)
+
+
+def _nms(dets, iou):
+    """Plain per-class NMS of COCO result entries (what a detector returns)."""
+    kept = []
+    for d in sorted(dets, key=lambda d: -d["score"]):
+        if all(k["image_id"] != d["image_id"] or k["category_id"] != d["category_id"]
+               or det._iou_xywh(k["bbox"], d["bbox"]) <= iou for k in kept):
+            kept.append(d)
+    return kept
+
+
+def test_post_nms_boxes_are_refused_for_guided_nms(dataset):
+    dets = det.simulate_detections(dataset.annotations, seed=2)
+    det.check_pre_nms(dets, 0.5, "detections file d.json")  # before NMS: fine
+    after = _nms(dets, 0.5)
+    assert det.duplicate_fraction(after, 0.5) == 0.0
+    with pytest.raises(ValueError, match=r"detections file d.json: only 0.0% of its "
+                       r"\d+ boxes .* look like boxes after NMS.*guided_nms=false"):
+        det.check_pre_nms(after, 0.5, "detections file d.json")
 
 
 def test_bad_detections_are_named(dataset):

@@ -60,3 +60,41 @@ def test_refine_detections_maps_boxes_back_to_image_pixels(coco_set):
     assert metrics["num_boxes"] == 2 and 0.0 <= metrics["refined"]["AP"] <= 1.0
     with pytest.raises(ValueError, match="step_lengths must be 4 numbers"):
         refine_detections(head, ds, feats, dets, step_lengths=(1e-3,), refine_steps=1)
+
+
+def _refine_setup(coco_set):
+    ds = coco_set(((40, 20),), 64)  # scale 1.6: the image is 64 x 32 input pixels
+    backbone = FeaturePyramid(widths=(8,), channels=8, rngs=nnx.Rngs(0))
+    head = build_head(channels=8, num_classes=ds.num_classes, hidden=16, pool_size=3,
+                      strides=backbone.strides, canonical_size=48.0, key=jax.random.key(0))
+    return ds, FeatureSource(backbone, ds), head
+
+
+def test_detector_boxes_and_refined_boxes_are_clipped_to_the_image(coco_set):
+    ds, feats, head = _refine_setup(coco_set)
+    dets = [{"image_id": 1, "category_id": 7, "bbox": [-4.0, 12.0, 14.0, 12.0], "score": 0.9},
+            {"image_id": 1, "category_id": 3, "bbox": [30.0, 2.0, 6.0, 9.0], "score": 0.5},
+            {"image_id": 1, "category_id": 3, "bbox": [41.0, 1.0, 5.0, 5.0], "score": 0.7}]
+    out = refine_detections(head, ds, feats, dets, step_lengths=(0.5, 0.5, 0.5, 0.5),
+                            refine_steps=3)
+    # the third box lies wholly right of the 40 px wide image: dropped
+    assert len(out["initial"]) == len(out["refined"]) == 2
+    np.testing.assert_allclose(out["initial"][0]["bbox"], [0.0, 12.0, 10.0, 8.0], atol=1e-4)
+    np.testing.assert_allclose(out["initial"][1]["bbox"], [30.0, 2.0, 6.0, 9.0], atol=1e-4)
+    for r in out["refined"]:  # long steps, still inside the image
+        x, y, w, h = r["bbox"]
+        assert x >= 0 and y >= 0 and x + w <= 40 + 1e-4 and y + h <= 20 + 1e-4
+
+
+def test_guided_nms_removes_duplicates_and_can_be_switched_off(coco_set):
+    ds, feats, head = _refine_setup(coco_set)
+    dets = [{"image_id": 1, "category_id": 7, "bbox": [4.0, 2.0, 10.0, 8.0], "score": 0.9},
+            {"image_id": 1, "category_id": 7, "bbox": [4.5, 2.0, 10.0, 8.0], "score": 0.8},
+            {"image_id": 1, "category_id": 3, "bbox": [4.0, 2.0, 10.0, 8.0], "score": 0.4}]
+    settings = dict(step_lengths=(8e-4, 8e-4, 3.2e-3, 3.2e-3), refine_steps=1)
+    out = refine_detections(head, ds, feats, dets, **settings)
+    assert len(out["nms"]) == 2  # one of the two class-7 duplicates; class 3 stays
+    assert sorted(d["category_id"] for d in out["nms"]) == [3, 7]
+    raw = refine_detections(head, ds, feats, dets, guided_nms=False, max_detections=2,
+                            **settings)
+    np.testing.assert_allclose([d["score"] for d in raw["nms"]], [0.9, 0.8])  # as they are

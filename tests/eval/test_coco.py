@@ -28,7 +28,7 @@ def test_perfect_detections_score_ap_one_and_shifted_lower(dataset):
 
 def test_simulated_detector_scores_between(dataset):
     dets = det.simulate_detections(dataset.annotations, seed=1, false_positives=0.5,
-                                   miss_rate=0.0)
+                                   miss_rate=0.0, candidates=1.0, confusion=0.0)
     m = coco_evaluate(dataset.annotations, dets)
     assert 0.1 < m["AP"] < 0.9 and m["AP50"] > 0.9
 

@@ -185,6 +185,8 @@ def _coco_copy(coco, tmp_path):
     ("category", r"detections file .*dets.json: detections\[0\]: category_id 99 is not"),
     ("image", r"image .*train2017/000002.png \(image id 3 of .*instances_train2017.json\) "
               "cannot be read"),
+    ("post-nms", r"--config.detections .*dets.json: only 0.0% of its \d+ boxes overlap .*"
+                 r"look like boxes after NMS.*--config.guided_nms=false"),
 ])
 def test_corrupt_coco_inputs_are_named_before_training(coco, tmp_path, case, message):
     root, dets = _coco_copy(coco, tmp_path)
@@ -196,12 +198,47 @@ def test_corrupt_coco_inputs_are_named_before_training(coco, tmp_path, case, mes
     elif case == "category":
         d = json.loads(dets.read_text())
         dets.write_text(json.dumps([{**d[0], "category_id": 99}] + d[1:]))
+    elif case == "post-nms":  # one box per image and class: what NMS leaves
+        d = json.loads(dets.read_text())
+        dets.write_text(json.dumps(list({(e["image_id"], e["category_id"]): e
+                                         for e in d}.values())))
     else:
         (root / "train2017" / "000002.png").write_bytes(b"\x89PNG truncated")
     with pytest.raises(ValueError, match=message):
         _run(f"{CONFIGS['table2']}:tiny", tmp_path / "runs",
              overrides=_coco_overrides(root, dets))
     assert _stages(tmp_path / "runs") == []  # nothing was trained
+
+
+def test_post_nms_detections_run_without_guided_nms(coco, tmp_path):
+    root, dets = _coco_copy(coco, tmp_path)
+    d = json.loads(dets.read_text())
+    dets.write_text(json.dumps(list({(e["image_id"], e["category_id"]): e
+                                     for e in d}.values())))
+    _run(f"{CONFIGS['table2']}:tiny", tmp_path / "runs", tmp_path / "out",
+         _coco_overrides(root, dets, guided_nms="false"))
+    payload = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert payload["data"]["guided_nms"] is False
+    (row,) = payload["tables"]["table2"]
+    assert row["nms"] == row["initial"]  # no NMS: the boxes as they came
+    assert "no guided NMS" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_held_out_test_split_is_scored_apart_from_val(runs, tmp_path):
+    out = tmp_path / "test"
+    _run(f"{CONFIGS['table2']}:tiny", runs / "runs", out, ["eval_split=test", "num_test=3"])
+    payload = json.loads(out.joinpath("results.json").read_text())
+    val = json.loads((runs / "table2" / "results.json").read_text())
+    assert payload["data"]["eval_split"] == "test" and payload["data"]["num_val"] == 3
+    ident, val_ident = payload["data"]["identity"], val["data"]["identity"]
+    assert ident["train"] == val_ident["train"]  # the same training data and backbone
+    assert ident["val"]["generated"]["split"] == "test"
+    assert ident["val"]["generated"]["seed"] != val_ident["val"]["generated"]["seed"]
+    assert ident["detections"] != val_ident["detections"]
+    assert payload["backbone"] == val["backbone"]
+    with pytest.raises(ConfigError, match="--config.eval_split=test with --config.data=coco "
+                       "needs --config.test_split"):
+        load_config(f"{CONFIGS['table2']}:tiny", ["data=coco", "eval_split=test"])
 
 
 def test_bad_settings_are_refused_before_anything_runs(coco, tmp_path):
