@@ -245,18 +245,25 @@ def load_image_folder(root: str | os.PathLike, size: int = 32, *,
 
 # --------------------------------------------------------------------------- by name
 
-DATASETS = ("embedded", "digits", "opencv-digits", "cifar10", "folder")
+DATASETS = ("embedded", "digits", "opencv-digits", "digits-on-photos", "cifar10", "folder")
 NEEDS_ROOT = ("cifar10", "folder")  # data_root: a directory, required
 OPTIONAL_ROOT = ("opencv-digits",)  # data_root: the directory that holds digits.png
 
 
+VAL_FRACTION = 0.15  # of the training examples, held out by split="val"
+
+
 def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
-                    num_train: int | None = None,
-                    num_test: int | None = None) -> ImageData:
+                    num_train: int | None = None, num_test: int | None = None,
+                    split: str = "test") -> ImageData:
     """The dataset `name` of `DATASETS` at size x size (resized where it is not),
     read from `data_root` where it needs one (nothing is downloaded); `seed` draws the
     train/test split of the digit sets; `num_train` / `num_test` keep the first
-    examples of each split."""
+    examples of each split. `split="val"` evaluates on a validation split instead of
+    the test split: `VAL_FRACTION` of the training examples (of the training digits for
+    `digits-on-photos`) held out from training, drawn by `seed`."""
+    if split not in ("test", "val"):
+        raise ValueError(f"split must be 'test' or 'val', got {split!r}")
     if name == "embedded":
         d = load_embedded(size, seed=seed)
     elif name == "digits":
@@ -264,6 +271,11 @@ def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
     elif name == "opencv-digits":
         path = Path(data_root) / "digits.png" if data_root is not None else OPENCV_DIGITS
         d = load_opencv_digits(path, size, seed=seed)
+    elif name == "digits-on-photos":
+        from ebm_jax.data.digits_on_photos import load_digits_on_photos
+
+        d = load_digits_on_photos(size, seed=seed, split=split,
+                                  val_fraction=VAL_FRACTION)
     elif name in NEEDS_ROOT and data_root is None:
         raise ValueError(f"data {name} needs data_root (a local path; nothing is "
                          "downloaded)")
@@ -276,6 +288,8 @@ def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
         d = load_image_folder(data_root, size)
     else:
         raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {name!r}")
+    if split == "val" and name != "digits-on-photos":
+        d = validation_split(d, VAL_FRACTION, seed)
     return d.subset(num_train, num_test) if (num_train or num_test) else d
 
 
@@ -288,6 +302,8 @@ def dataset_sizes(name: str, data_root=None) -> tuple[int, int, int]:
         return 1347, 450, 1
     if name == "opencv-digits":
         return 4000, 1000, 1
+    if name == "digits-on-photos":
+        return 2 * 1347, 4 * 450, 3
     if name == "cifar10":
         return 50000, 10000, 3
     if name == "folder" and data_root is not None:
@@ -299,6 +315,23 @@ def dataset_sizes(name: str, data_root=None) -> tuple[int, int, int]:
                        if f.suffix.lower() in IMAGE_SUFFIXES)
         return count("train"), count("val"), 3
     raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {name!r}")
+
+
+def validation_split(data: ImageData, fraction: float, seed: int) -> ImageData:
+    """`data` with a stratified `fraction` of its training examples held out as the
+    evaluation split: an ImageData whose `test_*` are those examples and whose `train_*`
+    are the rest, for choosing hyperparameters without touching the test split. (Sets
+    whose images share a source split by source instead: `digits-on-photos`.)"""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"the validation fraction must be in (0, 1), got {fraction!r}")
+    tr, va = _stratified_split(data.train_labels, fraction, seed)
+    if len(va) == 0 or len(tr) == 0:
+        raise ValueError(f"a validation fraction of {fraction} leaves {len(tr)} training "
+                         f"and {len(va)} validation images of {len(data.train_labels)}")
+    return dataclasses.replace(
+        data, name=f"{data.name} (val)", train_images=data.train_images[tr],
+        train_labels=data.train_labels[tr], test_images=data.train_images[va],
+        test_labels=data.train_labels[va])
 
 
 def fingerprint(data: ImageData) -> str:
