@@ -13,8 +13,15 @@ Every run of a table is two stages of the work directory:
 Runs: "moco" (queue + momentum encoder + shuffled BN), "end-to-end" (keys from the
 current batch), "memory-bank" (InfoNCE against sampled bank entries), "instdisc"
 (memory bank + NCE), "supervised" (cross-entropy on the same augmented views, the
-ceiling) and "random" (the untrained encoder, the floor). The floor and ceiling are
-beside every table; runs shared by several tables or config files train once.
+ceiling), "random" (the untrained encoder) and "pixels" (the raw pixels, no encoder):
+the two floors. The floors and the ceiling are beside every table; runs shared by
+several tables or config files train once.
+
+With `seeds`, every run is repeated per seed (its own data split, initialisation and
+batches; stage directories differ by seed) and the tables give mean +- sd over seeds,
+with each method's paired difference from the random encoder (mean +- standard error
+over seeds). `eval_split="val"` scores on a validation split held out from training,
+for choosing hyperparameters; the reported tables use the test split.
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ from ebm_jax.config import Checks, ConfigError
 from ebm_jax.contrastive import check_queue_size
 from ebm_jax.data import images as image_data
 from ebm_jax.data.augment import AUGMENTATIONS
-from ebm_jax.eval.linear_probe import extract_features
 from ebm_jax.models.contrastive import METHODS, resnet_activation_bytes
 from ebm_jax.models.resnet import ARCHS
 from ebm_jax.recipes.contrastive_stages import (
@@ -37,9 +43,9 @@ from ebm_jax.recipes.contrastive_stages import (
     TABLES,
     RunSpec,
     all_specs,
+    features_of,
     linear_eval,
     load_data,
-    load_encoder,
     make_loss,
     plan,
     pretrain,
@@ -57,7 +63,11 @@ class Config:
 
     main: str = "moco"  # "moco" or "instdisc": the method of the main table
     tables: tuple[str, ...] = ("main",)  # of TABLES
-    data: str = "embedded"  # embedded, digits, opencv-digits, cifar10, folder
+    data: str = "embedded"  # embedded, digits, opencv-digits, digits-on-photos, cifar10, folder
+    # "test": train on the training split, score on the test split (the reported
+    # tables); "val": hold out a validation split of the training data and score on it
+    # (every choice of hyperparameters), the test split untouched
+    eval_split: str = "test"
     data_root: str | None = None  # cifar10 / folder (a directory); nothing is downloaded
     num_train: int | None = None  # keep the first images of each split (None: all)
     num_test: int | None = None
@@ -84,7 +94,7 @@ class Config:
     bank_init: str = "features"
     linear_epochs: int = 100
     linear_learning_rate: float = 0.1
-    knn_k: int = 200
+    knn_ks: tuple[int, ...] = (20, 200)  # the kNN monitor at each k (InstDisc: 200)
     few_labels: int = 10  # labelled examples per class of the low-label evaluation
     momentum_values: tuple[float, ...] = (0.0, 0.9, 0.99, 0.999)
     queue_values: tuple[int, ...] = (64, 256, 1024)
@@ -93,10 +103,26 @@ class Config:
     reference: tuple[tuple[str, str], ...] = ()
     reference_note: str = ""
     seed: int = 0
+    # every run repeated over these seeds (each with its own data split, initialisation
+    # and batches); tables give mean +- sd. None: `seed` alone
+    seeds: tuple[int, ...] | None = None
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        return tuple(self.seeds) if self.seeds else (self.seed,)
 
     def __post_init__(self):
         c = Checks(self)
         c.one_of("main", ("moco", "instdisc"))
+        c.one_of("eval_split", ("test", "val"))
+        if not self.knn_ks or not all(isinstance(k, int) and not isinstance(k, bool)
+                                      and k >= 1 for k in self.knn_ks):
+            raise ConfigError(f"--config.knn_ks must be integers >= 1, got {self.knn_ks!r}")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(
+                self.seeds) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                       and 0 <= v < 2**31 for v in self.seeds)):
+            raise ConfigError("--config.seeds must be distinct integers in [0, 2^31), "
+                              f"got {self.seeds!r}")
         c.each_in("tables", TABLES)
         c.one_of("data", image_data.DATASETS)
         for f in ("num_train", "num_test"):
@@ -109,7 +135,7 @@ class Config:
         c.one_of("bank_init", ("random", "features"))
         c.one_of("plot", ("tsne", "pca", "none"))
         for f in ("width", "dim", "batch_size", "epochs", "queue_size", "num_splits",
-                  "instdisc_noise", "linear_epochs", "knn_k", "few_labels"):
+                  "instdisc_noise", "linear_epochs", "few_labels"):
             c.int_range(f, 1)
         for f in ("learning_rate", "temperature", "instdisc_temperature",
                   "instdisc_learning_rate", "linear_learning_rate"):
@@ -186,7 +212,7 @@ def check(cfg: Config, ctx: RunContext) -> None:
         if s.method in METHODS[:-1]:  # every loss is built once: bad settings fail here
             make_loss(s, cfg, devices)
     _check_memory(cfg, specs)
-    data = load_data(cfg, ctx)
+    data = load_data(cfg, ctx.with_seed(cfg.run_seeds[0]))
     n = len(data.train_images)
     if b > n:
         raise ValueError(f"--config.batch_size {b} must be <= the {n} training images")
@@ -199,42 +225,83 @@ def check(cfg: Config, ctx: RunContext) -> None:
                          f"data's {data.image_shape[:2]}")
 
 
+METRICS = ("linear_accuracy", "few_label_accuracy", "linear_train_accuracy",
+           "images_per_second", "seconds", "final_loss", "steps")
+
+
+def _knn_keys(cfg: Config) -> tuple[str, ...]:
+    return tuple(f"knn{k}_accuracy" for k in cfg.knn_ks)
+
+
+def _aggregate(per_seed: list[dict], keys) -> dict:
+    """Mean and sample sd over seeds of each numeric figure (None where a seed has
+    none): the row of a table."""
+    mean, sd = {}, {}
+    for k in keys:
+        vals = [r.get(k) for r in per_seed]
+        if any(v is None for v in vals):
+            mean[k], sd[k] = None, None
+            continue
+        v = np.asarray(vals, np.float64)
+        mean[k] = float(v.mean())
+        sd[k] = float(v.std(ddof=1)) if len(v) > 1 else None
+    return {**mean, "sd": sd}
+
+
 def run(cfg: Config, ctx: RunContext) -> Report:
-    data = load_data(cfg, ctx)
     tables = plan(cfg)
     specs = all_specs(cfg)
-    results: dict[str, dict] = {}
-    for i, spec in enumerate(specs, 1):
-        ctx.log(f"[{i}/{len(specs)}] {spec.name}: pretraining")
-        pre = pretrain(spec, cfg, data, ctx)
-        ev = linear_eval(spec, cfg, data, ctx)
-        results[spec.name] = {"name": spec.name, "method": spec.method,
-                              "momentum": spec.momentum, "queue_size": spec.queue_size,
-                              **pre, **ev}
-        ctx.log(f"[{i}/{len(specs)}] {spec.name}: linear "
-                f"{100 * ev['linear_accuracy']:.1f}%, {cfg.few_labels}/class "
-                f"{100 * ev['few_label_accuracy']:.1f}%, kNN {100 * ev['knn_accuracy']:.1f}%")
+    seeds = cfg.run_seeds
+    per_seed: dict[str, list[dict]] = {s.name: [] for s in specs}
+    data = None
+    for seed in seeds:
+        sctx = ctx.with_seed(seed)
+        data = load_data(cfg, sctx)
+        for i, spec in enumerate(specs, 1):
+            tag = f"[{i}/{len(specs)}] {spec.name}" + (f" (seed {seed})" if len(seeds) > 1
+                                                        else "")
+            ctx.log(f"{tag}: pretraining")
+            pre = pretrain(spec, cfg, data, sctx)
+            ev = linear_eval(spec, cfg, data, sctx)
+            per_seed[spec.name].append({"seed": seed, **pre, **ev})
+            knn = ", ".join(f"kNN k={k} {100 * ev[f'knn{k}_accuracy']:.1f}%"
+                            for k in cfg.knn_ks)
+            ctx.log(f"{tag}: linear {100 * ev['linear_accuracy']:.1f}%, "
+                    f"{cfg.few_labels}/class {100 * ev['few_label_accuracy']:.1f}%, {knn}")
+    keys = METRICS + _knn_keys(cfg)
+    results = {s.name: {"name": s.name, "method": s.method, "momentum": s.momentum,
+                        "queue_size": s.queue_size,
+                        **_aggregate(per_seed[s.name], keys), "seeds": per_seed[s.name]}
+               for s in specs}
     rows = {t: [results[s.name] for s in tables[t]] for t in TABLES if t in cfg.tables}
-    floor, ceiling = results["random"], results["supervised"]
-    shown = {t: r if t == "main" else [floor, *r, ceiling] for t, r in rows.items()}
+    floor, pixels, ceiling = results["random"], results["pixels"], results["supervised"]
+    shown = {t: r if t == "main" else [floor, pixels, *r, ceiling] for t, r in rows.items()}
+    split = "val" if cfg.eval_split == "val" else "test"
     title = (f"{cfg.main} on {data.name} ({len(data.train_images)} train / "
-             f"{len(data.test_images)} test images, {cfg.arch} width {cfg.width}, "
-             f"{cfg.epochs} epochs)")
+             f"{len(data.test_images)} {split} images, {cfg.arch} width {cfg.width}, "
+             f"{cfg.epochs} epochs" + (f", mean +- sd over seeds {', '.join(map(str, seeds))}"
+                                      if len(seeds) > 1 else f", seed {seeds[0]}") + ")")
+    differences = report.paired_differences(rows, per_seed, reference="random",
+                                            keys=("linear_accuracy", "few_label_accuracy")
+                                            + _knn_keys(cfg))
     markdown = report.report_markdown(
         shown, title=title, batch_size=cfg.batch_size, few_labels=cfg.few_labels,
-        queue_size=cfg.queue_size, momentum=cfg.momentum,
-        reference=dict(cfg.reference), reference_note=cfg.reference_note)
+        queue_size=cfg.queue_size, momentum=cfg.momentum, knn_ks=cfg.knn_ks,
+        reference=dict(cfg.reference), reference_note=cfg.reference_note,
+        differences=differences if len(seeds) > 1 else None)
     figures = {}
     if cfg.plot != "none":
-        feats = {s.name: np.asarray(extract_features(load_encoder(s, cfg, data, ctx),
-                                                     data.test_images))
+        sctx = ctx.with_seed(seeds[0])
+        data = load_data(cfg, sctx)
+        feats = {s.name: np.asarray(features_of(s, cfg, data, sctx, data.test_images))
                  for s in tables["main"]}
         name = f"{cfg.main}_features.png"
         figures[name] = functools.partial(report.embedding_figure, feats, data.test_labels,
-                                          method=cfg.plot, seed=cfg.seed)
-        markdown += f"\n![{cfg.plot} of the test features]({name})\n"
-    payload = {"experiment": cfg.main, "data": data.name,
-               "num_train": len(data.train_images), "num_test": len(data.test_images),
-               "image_shape": list(data.image_shape), "tables": rows,
-               "floor": floor, "ceiling": ceiling, "reference": dict(cfg.reference)}
+                                          method=cfg.plot, seed=seeds[0])
+        markdown += f"\n![{cfg.plot} of the {split} features (seed {seeds[0]})]({name})\n"
+    payload = {"experiment": cfg.main, "data": data.name, "eval_split": cfg.eval_split,
+               "seeds": list(seeds), "num_train": len(data.train_images),
+               "num_test": len(data.test_images), "image_shape": list(data.image_shape),
+               "tables": rows, "differences": differences, "floor": floor,
+               "pixels": pixels, "ceiling": ceiling, "reference": dict(cfg.reference)}
     return Report(payload, markdown, figures)

@@ -47,10 +47,13 @@ if TYPE_CHECKING:
     from ebm_jax.recipes.contrastive import Config
 
 TABLES = ("main", "momentum", "mechanism", "queue")
-EVAL_FIELDS = ("linear_epochs", "linear_learning_rate", "knn_k", "few_labels")
+EVAL_FIELDS = ("linear_epochs", "linear_learning_rate", "knn_ks", "few_labels")
 # settings that change no pretraining stage (what is shown, which tables, paths)
 NOT_PRETRAINING = EVAL_FIELDS + ("main", "tables", "plot", "data_root", "momentum_values",
-                                 "queue_values", "reference", "reference_note", "seed")
+                                 "queue_values", "reference", "reference_note", "seed",
+                                 "seeds")
+# rows without pretraining: a random encoder, and the raw pixels (no encoder at all)
+UNTRAINED = ("random", "pixels")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,9 +83,10 @@ def default_spec(method: str, cfg: Config) -> RunSpec:
 
 
 def plan(cfg: Config) -> dict[str, list[RunSpec]]:
-    """The runs of every table; "main" (the floor, the main method, the ceiling) is
-    always planned, as the floor and ceiling stand beside every ablation."""
-    tables = {"main": [RunSpec("random"), default_spec(cfg.main, cfg),
+    """The runs of every table; "main" (the floors: a random encoder and the raw
+    pixels; the main method; the ceiling) is always planned, as the floors and the
+    ceiling stand beside every ablation."""
+    tables = {"main": [RunSpec("random"), RunSpec("pixels"), default_spec(cfg.main, cfg),
                        RunSpec("supervised")]}
     if "momentum" in cfg.tables:
         tables["momentum"] = [RunSpec("moco", m, cfg.queue_size)
@@ -103,15 +107,17 @@ def all_specs(cfg: Config) -> list[RunSpec]:
 
 
 def load_data(cfg: Config, ctx: RunContext) -> image_data.ImageData:
-    """The config's dataset; its split is drawn with the run's "data" seed."""
+    """The config's dataset, scored on its `eval_split` (test, or a validation split
+    held out from training); its splits are drawn with the run's "data" seed."""
     return _load_data(cfg.data, cfg.image_size, cfg.data_root,
-                      ctx.seed_of("data", "split"), cfg.num_train, cfg.num_test)
+                      ctx.seed_of("data", "split"), cfg.num_train, cfg.num_test,
+                      cfg.eval_split)
 
 
 @functools.lru_cache(maxsize=1)  # check() and run() of one run read it once
-def _load_data(name, size, root, seed, num_train, num_test):
+def _load_data(name, size, root, seed, num_train, num_test, split):
     return image_data.load_image_data(name, size, data_root=root, seed=seed,
-                                      num_train=num_train, num_test=num_test)
+                                      num_train=num_train, num_test=num_test, split=split)
 
 
 MECHANISMS = ("moco", "end-to-end", "memory-bank")  # the arms of MoCo's Fig. 3
@@ -179,7 +185,7 @@ def pretrain_stage(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> TrainSt
                 if k not in NOT_PRETRAINING}
     steps_per_epoch = len(data.train_images) // cfg.batch_size
     identity = {"spec": dataclasses.asdict(spec), "settings": settings,
-                "data": _data_identity(data), "seed": cfg.seed,
+                "data": _data_identity(data), "seed": ctx.seed,
                 "devices": ctx.num_devices}
     return TrainStage(spec.name, identity, num_steps=cfg.epochs * steps_per_epoch,
                       log_every=steps_per_epoch,
@@ -188,7 +194,7 @@ def pretrain_stage(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> TrainSt
 
 def pretrain(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
     """Trains (or resumes) the pretraining stage; returns its figures."""
-    if spec.method == "random":
+    if spec.method in UNTRAINED:
         return {"steps": 0, "seconds": 0.0, "images_per_second": None, "final_loss": None}
     stage = pretrain_stage(spec, cfg, data, ctx)
     built = build_model(spec, cfg, data, ctx)
@@ -243,6 +249,14 @@ def load_encoder(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> nnx.Modul
     return built.encoder(built.model)
 
 
+def features_of(spec: RunSpec, cfg: Config, data, ctx: RunContext, images) -> np.ndarray:
+    """The frozen features of `images` for a run: its encoder's, or for "pixels" the
+    images themselves, flattened."""
+    if spec.method == "pixels":
+        return np.asarray(images, np.float32).reshape(len(images), -1)
+    return np.asarray(extract_features(load_encoder(spec, cfg, data, ctx), images))
+
+
 def linear_eval(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
     """The linear-evaluation stage `<run>-linear`: frozen features, linear classifiers
     on every label and on `few_labels` per class, kNN; cached for the same identity."""
@@ -252,9 +266,8 @@ def linear_eval(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
     stage_dir = ctx.stage_dir(f"{spec.name}-linear", identity)
 
     def compute() -> dict:
-        encoder = load_encoder(spec, cfg, data, ctx)
-        f_train = extract_features(encoder, data.train_images)
-        f_test = extract_features(encoder, data.test_images)
+        f_train = features_of(spec, cfg, data, ctx, data.train_images)
+        f_test = features_of(spec, cfg, data, ctx, data.test_images)
         t0 = time.perf_counter()
         w, b, _ = train_linear_classifier(
             f_train, data.train_labels, data.num_classes,
@@ -276,9 +289,10 @@ def linear_eval(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
             "few_label_accuracy": classifier_accuracy(w_few, b_few, f_test,
                                                       data.test_labels),
             "linear_train_accuracy": classifier_accuracy(w, b, f_train, data.train_labels),
-            "knn_accuracy": knn_accuracy(normalise(f_test), data.test_labels,
-                                         normalise(f_train), data.train_labels,
-                                         data.num_classes, k=cfg.knn_k),
+            **{f"knn{k}_accuracy": knn_accuracy(normalise(f_test), data.test_labels,
+                                                normalise(f_train), data.train_labels,
+                                                data.num_classes, k=k)
+               for k in cfg.knn_ks},
             "linear_seconds": time.perf_counter() - t0,
             "feature_dim": int(f_train.shape[1]),
         }

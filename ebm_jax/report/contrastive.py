@@ -3,7 +3,9 @@ frozen encoders, He et al. 2020, sec. 4.1; Wu et al. 2018, sec. 4.1).
 
 Each table row is a dict with the run's `name`, `method`, `momentum`, `queue_size`,
 the linear-evaluation figures (`linear_accuracy`, `few_label_accuracy`,
-`knn_accuracy`) and the pretraining figures (`images_per_second`, `seconds`).
+`knn<k>_accuracy` for each k) and the pretraining figures (`images_per_second`,
+`seconds`), each the mean over seeds, with their sample sd under `sd` (None for one
+seed) and the per-seed figures under `seeds`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ TITLES = {
 
 def row_label(table: str, r: Mapping, batch_size: int) -> str:
     """The first column of a row: the method, or the ablated setting."""
-    if r["method"] in ("random", "supervised"):
+    if r["method"] in ("random", "pixels", "supervised"):
         return r["method"]
     if table == "momentum":
         return f"m = {r['momentum']:g}"
@@ -36,8 +38,16 @@ def row_label(table: str, r: Mapping, batch_size: int) -> str:
     return r["method"]
 
 
+def _pm(r: Mapping, key: str) -> str:
+    """A figure in % as "mean +- sd" (or the mean alone for one seed)."""
+    sd = (r.get("sd") or {}).get(key)
+    m = fmt(r.get(key), ".1f", 100)
+    return m if sd is None else f"{m} +- {100 * sd:.1f}"
+
+
 def table_markdown(table: str, rows: Sequence[Mapping], *, batch_size: int,
                    few_labels: int, queue_size: int, momentum: float,
+                   knn_ks: Sequence[int] = (200,),
                    reference: Mapping[str, str] | None = None) -> str:
     """One table as Markdown; a "paper" column when `reference` ({row label: the
     paper's figure}) names one of its rows."""
@@ -45,13 +55,12 @@ def table_markdown(table: str, rows: Sequence[Mapping], *, batch_size: int,
     reference = dict(reference or {})
     with_ref = any(lab in reference for lab in labels)
     headers = ["encoder" if table == "main" else "run", "linear acc. %",
-               f"linear acc. %, {few_labels} labels/class", "kNN acc. %",
-               "pretrain img/s", "pretrain s"]
+               f"linear acc. %, {few_labels} labels/class",
+               *[f"kNN acc. %, k = {k}" for k in knn_ks], "pretrain img/s", "pretrain s"]
     body = []
     for lab, r in zip(labels, rows):
-        body.append([lab, fmt(r["linear_accuracy"], ".1f", 100),
-                     fmt(r["few_label_accuracy"], ".1f", 100),
-                     fmt(r["knn_accuracy"], ".1f", 100),
+        body.append([lab, _pm(r, "linear_accuracy"), _pm(r, "few_label_accuracy"),
+                     *[_pm(r, f"knn{k}_accuracy") for k in knn_ks],
                      fmt(r.get("images_per_second"), ".0f"), fmt(r.get("seconds"), ".0f")]
                     + ([reference.get(lab, "")] if with_ref else []))
     if with_ref:
@@ -61,17 +70,68 @@ def table_markdown(table: str, rows: Sequence[Mapping], *, batch_size: int,
                                                align="l" + "r" * (len(headers) - 1))
 
 
+def paired_differences(tables: Mapping[str, Sequence[Mapping]],
+                       per_seed: Mapping[str, Sequence[Mapping]], *,
+                       reference: str, keys: Sequence[str]) -> list[dict]:
+    """Each run of `tables` (other than `reference`) minus the run `reference`, seed by
+    seed (the same data split, so the comparison is paired): per figure of `keys`, the
+    mean and standard error over seeds (sd / sqrt(n); None for one seed) and whether the
+    mean is beyond 2 standard errors."""
+    ref = {r["seed"]: r for r in per_seed[reference]}
+    names = list(dict.fromkeys(r["name"] for rows in tables.values() for r in rows))
+    out = []
+    for name in names:
+        if name == reference:
+            continue
+        row = {"name": name, "reference": reference}
+        for k in keys:
+            d = np.array([r[k] - ref[r["seed"]][k] for r in per_seed[name]], np.float64)
+            se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
+            row[k] = {"mean": float(d.mean()), "se": se, "n": len(d),
+                      "beyond_2se": se is not None and abs(d.mean()) > 2 * se}
+        out.append(row)
+    return out
+
+
+def differences_markdown(differences: Sequence[Mapping], keys: Sequence[str],
+                         headers: Sequence[str]) -> str:
+    """The paired differences as a table: points, mean +- se over seeds, `*` where
+    beyond 2 se."""
+    body = []
+    for d in differences:
+        cells = []
+        for k in keys:
+            v = d[k]
+            cell = f"{100 * v['mean']:+.1f}"
+            if v["se"] is not None:
+                cell += f" +- {100 * v['se']:.1f}" + (" *" if v["beyond_2se"] else "")
+            cells.append(cell)
+        body.append([d["name"], *cells])
+    ref = differences[0]["reference"] if differences else ""
+    return (f"### Paired difference from {ref} (points, mean +- se over seeds; * beyond "
+            "2 se)\n\n" + markdown_table(["run", *headers], body,
+                                          align="l" + "r" * len(headers)))
+
+
 def report_markdown(tables: Mapping[str, Sequence[Mapping]], *, title: str,
                     batch_size: int, few_labels: int, queue_size: int, momentum: float,
+                    knn_ks: Sequence[int] = (200,),
                     reference: Mapping[str, str] | None = None,
-                    reference_note: str = "") -> str:
+                    reference_note: str = "",
+                    differences: Sequence[Mapping] | None = None) -> str:
     """Every table under one heading; the paper's figures (`reference`) beside the
-    rows they belong to, explained by `reference_note`."""
+    rows they belong to, explained by `reference_note`; the paired differences from
+    the floor when given."""
     parts = [f"## {title}", ""]
     for name, rows in tables.items():
         parts.append(table_markdown(name, rows, batch_size=batch_size,
                                     few_labels=few_labels, queue_size=queue_size,
-                                    momentum=momentum, reference=reference))
+                                    momentum=momentum, knn_ks=knn_ks, reference=reference))
+    if differences:
+        keys = ("linear_accuracy", "few_label_accuracy",
+                *[f"knn{k}_accuracy" for k in knn_ks])
+        headers = ("linear", f"{few_labels} labels/class", *[f"kNN k = {k}" for k in knn_ks])
+        parts.append(differences_markdown(differences, keys, headers))
     if reference and reference_note:
         parts.append(reference_note + "\n")
     return "\n".join(parts)

@@ -21,6 +21,7 @@ cached results and a lock on the work directory.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -160,6 +161,19 @@ class RunContext:
     @property
     def num_devices(self) -> int:
         return int(self.mesh.devices.size)
+
+    def with_seed(self, seed: int) -> RunContext:
+        """This context with another seed (its keys and `seed_of` draws), sharing the
+        work directory, its lock and the record of restarted stages: one of the seeds
+        of a run that repeats its stages over several seeds."""
+        if isinstance(seed, bool) or not 0 <= int(seed) < 2**31:
+            raise ValueError(f"seed must be an integer in [0, {2**31 - 1}], got {seed}")
+        global _LAST
+        other = copy.copy(self)
+        other.seed = int(seed)
+        if _LAST is self:  # Ctrl-C names the stage the seed's context is training
+            _LAST = other
+        return other
 
     # -- keys
     def key(self, stage: str, purpose: str) -> jax.Array:

@@ -23,7 +23,7 @@ def get_config(variant: str) -> Config:
         return Config(
             main="moco", tables=TABLES, data="digits", num_train=96, num_test=40,
             arch="resnet4", image_size=8, width=4, dim=8, batch_size=32, epochs=1, queue_size=64,
-            instdisc_noise=16, linear_epochs=3, knn_k=10, few_labels=2, plot="none",
+            instdisc_noise=16, linear_epochs=3, knn_ks=(5, 10), few_labels=2, plot="none",
             momentum_values=(0.0, 0.99), queue_values=(32, 64))
     if variant == "cifar":
         return Config(

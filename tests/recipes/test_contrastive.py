@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from ebm_jax.config import ConfigError, load_config
+from ebm_jax.data import images as image_data
 from ebm_jax.recipes import contrastive_stages as rc
 from ebm_jax.recipes import run_experiment
 from ebm_jax.train import CheckpointError, load_stage_params
@@ -50,7 +51,8 @@ def _stage_dirs(workdir, name):
 
 def _accuracies_in_range(rows):
     for r in rows:
-        for k in ("linear_accuracy", "few_label_accuracy", "knn_accuracy"):
+        for k in ("linear_accuracy", "few_label_accuracy", "knn5_accuracy",
+                  "knn10_accuracy"):
             assert 0.0 <= r[k] <= 1.0, (r["name"], k)
 
 
@@ -59,14 +61,16 @@ def test_moco_linear_eval_writes_tables_and_figure(shared):
     report, out = runs["moco_linear_eval"]
     payload = json.loads((out / "results.json").read_text())
     main = payload["tables"]["main"]
-    assert [r["name"] for r in main] == ["random", "moco-m0.99-k64", "supervised"]
+    assert [r["name"] for r in main] == ["random", "pixels", "moco-m0.99-k64", "supervised"]
     assert main[0]["method"] == "random" and main[0]["steps"] == 0
+    assert main[1]["method"] == "pixels" and main[1]["steps"] == 0
     _accuracies_in_range(main)
-    moco = main[1]
+    moco = main[2]
     assert moco["steps"] == 3 and np.isfinite(moco["final_loss"])
     assert moco["images_per_second"] is None or moco["images_per_second"] > 0
     md = (out / "results.md").read_text()
     assert "Linear evaluation" in md and "| moco |" in md and "2 labels/class" in md
+    assert "| pixels |" in md and "kNN acc. %, k = 5" in md and "kNN acc. %, k = 10" in md
     assert (out / "moco_features.png").stat().st_size > 1000
     assert payload["ebm_jax"]["config"]["main"] == "moco"
     for stage in ("moco-m0.99-k64", "supervised"):
@@ -80,9 +84,9 @@ def test_instdisc_linear_eval(shared):
     _, runs = shared
     report, out = runs["instdisc_linear_eval"]
     main = report.tables()["main"]
-    assert [r["name"] for r in main] == ["random", "instdisc", "supervised"]
+    assert [r["name"] for r in main] == ["random", "pixels", "instdisc", "supervised"]
     _accuracies_in_range(main)
-    assert np.isfinite(main[1]["final_loss"])
+    assert np.isfinite(main[2]["final_loss"])
     assert (out / "instdisc_features.png").stat().st_size > 1000
 
 
@@ -121,7 +125,7 @@ def test_shared_stages_train_once(shared):
     # the same figures wherever the shared run appears
     sup = [rep.payload["ceiling"]["linear_accuracy"] for rep, _ in runs.values()]
     assert len(set(sup)) == 1
-    moco = runs["moco_linear_eval"][0].tables()["main"][1]
+    moco = runs["moco_linear_eval"][0].tables()["main"][2]
     assert runs["moco_ablation_queue"][0].tables()["queue"][1] == moco
 
 
@@ -140,6 +144,67 @@ def test_rerun_resumes_without_training(shared, tmp_path, monkeypatch):
     assert sorted(p.name for p in moved.iterdir()) == names  # no new stage
     for p, text in metrics.items():  # nothing trained: no step recorded
         assert (moved / p.parent.name / p.name).read_text() == text, p.parent.name
+
+
+def test_pixels_are_the_images_themselves(shared):
+    workdir, runs = shared
+    cfg = tiny("moco_linear_eval")
+    ctx = RunContext(workdir, seed=cfg.seed, lock=False, progress=False)
+    data = rc.load_data(cfg, ctx)
+    f = rc.features_of(rc.RunSpec("pixels"), cfg, data, ctx, data.test_images[:3])
+    np.testing.assert_array_equal(f, data.test_images[:3].reshape(3, -1))
+    assert not _stage_dirs(workdir, "pixels")  # nothing trained: only its evaluation
+    assert len(_stage_dirs(workdir, "pixels-linear")) == 1
+
+
+def test_seeds_give_mean_sd_and_paired_differences(shared, tmp_path):
+    workdir, runs = shared
+    single = runs["moco_linear_eval"][0].tables()["main"]
+    report = run_experiment(tiny("moco_linear_eval", "plot=none", "seeds=0,1"),
+                            workdir=workdir, out=tmp_path / "out", progress=False,
+                            log=lambda s: None)
+    main = report.tables()["main"]
+    for one, two in zip(single, main):
+        assert [r["seed"] for r in two["seeds"]] == [0, 1]
+        # seed 0 of the two-seed run is the one-seed run (the same stages, reused)
+        assert two["seeds"][0]["linear_accuracy"] == one["linear_accuracy"]
+        accs = [r["linear_accuracy"] for r in two["seeds"]]
+        assert two["linear_accuracy"] == pytest.approx(np.mean(accs))
+        assert two["sd"]["linear_accuracy"] == pytest.approx(np.std(accs, ddof=1))
+    assert len(_stage_dirs(workdir, "moco-m0.99-k64")) == 2  # one per seed
+    diffs = {d["name"]: d for d in report.payload["differences"]}
+    assert set(diffs) == {"pixels", "moco-m0.99-k64", "supervised"}
+    d = diffs["moco-m0.99-k64"]["linear_accuracy"]
+    per = [a["linear_accuracy"] - b["linear_accuracy"]
+           for a, b in zip(main[2]["seeds"], main[0]["seeds"])]
+    assert d["mean"] == pytest.approx(np.mean(per)) and d["n"] == 2
+    assert d["se"] == pytest.approx(np.std(per, ddof=1) / np.sqrt(2))
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "mean +- sd over seeds 0, 1" in md and "Paired difference from random" in md
+    assert " +- " in next(ln for ln in md.splitlines() if ln.startswith("| moco |"))
+    with pytest.raises(ConfigError, match="--config.seeds must be distinct integers"):
+        tiny("moco_linear_eval", "seeds=1,1")
+
+
+def test_validation_split_is_held_out_of_training(shared, tmp_path):
+    workdir, runs = shared
+    test = runs["moco_linear_eval"][0].payload
+    cfg = tiny("moco_linear_eval", "plot=none", "eval_split=val")
+    report = run_experiment(cfg, workdir=tmp_path / "runs", progress=False,
+                            log=lambda s: None)
+    assert report.payload["eval_split"] == "val" and "(val)" in report.payload["data"]
+    assert test["eval_split"] == "test" and "(val)" not in test["data"]
+    # the scored images are training images of the test-split run, never test ones
+    ctx = RunContext(workdir, seed=cfg.seed, lock=False, progress=False)
+    val = rc.load_data(cfg, ctx)
+    full = rc.load_data(tiny("moco_linear_eval"), ctx)
+    train_rows = {r.tobytes() for r in image_data.load_image_data(
+        "digits", 8, seed=ctx.seed_of("data", "split")).train_images}
+    assert all(r.tobytes() in train_rows for r in val.test_images)
+    assert not {r.tobytes() for r in val.test_images} & {r.tobytes()
+                                                        for r in full.test_images}
+    with pytest.raises(ConfigError, match="--config.eval_split must be one of"):
+        tiny("moco_linear_eval", "eval_split=train")
 
 
 def test_checkpoint_of_another_architecture_is_refused(shared):
