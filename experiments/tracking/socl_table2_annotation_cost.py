@@ -10,7 +10,7 @@ SiamFC's AlexNet is trained from scratch on the generated train split and tracks
 generated test split (disjoint photos) with the SiamFC tracker; AUC, precision, AO and
 SR as mean +- sd over three training seeds.
 
-Variants: quick (110 train sequences of 40 frames (about 2200 annotated frames) at 320x240, 30 test sequences; AlexNet width 0.25;
+Variants: quick (110 train sequences of 40 frames (2080 annotated frames) at 320x240, 30 test sequences; AlexNet width 0.25;
 batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
 (seconds; the tests), paper (the published net and schedule: width 1.0, batch 192 =
 96 videos; a GPU; on GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
