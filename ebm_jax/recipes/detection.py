@@ -104,6 +104,9 @@ class Config:
     guided_nms: bool = True
     nms_iou: float = 0.5
     seed: int = 0
+    # every stage repeated over these seeds (each with its own generated data,
+    # simulated detector, backbone and heads); tables give mean +- sd. None: `seed`
+    seeds: tuple[int, ...] | None = None
     # the paper's figures: Table 2 (method, AP, AP50, AP75), Table 3 (sigmas..., AP)
     reference_table2: tuple[tuple[str, float, float, float], ...] = ()
     reference_table3: tuple[tuple[float, float, float, float], ...] = ()
@@ -193,6 +196,15 @@ class Config:
             c.positive("grad_clip")
         c.float_range("score_threshold", 0.0, 1.0, open_high=True)
         c.seed()
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(
+                self.seeds) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                       and 0 <= v < 2**31 for v in self.seeds)):
+            raise ConfigError("--config.seeds must be distinct integers in [0, 2^31), "
+                              f"got {self.seeds!r}")
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        return tuple(self.seeds) if self.seeds else (self.seed,)
 
 
 def _floats(field, values, *, low, strict=False):
@@ -339,13 +351,12 @@ def check(cfg: Config, ctx) -> None:
 # --------------------------------------------------------------------------- run
 
 
-def run(cfg: Config, ctx):
+def _run_seed(cfg: Config, ctx, tables) -> tuple[dict, dict, dict, object]:
+    """Every head of `tables` for the seed of `ctx`: ({stage name: row}, data info,
+    backbone figures, data)."""
     from ebm_jax import detection as det
     from ebm_jax.recipes.detection_stages import backbone_stage, head_stage, open_data
-    from ebm_jax.report import Report
-    from ebm_jax.report.detection import detection_figures, detection_markdown
 
-    tables = plan(cfg)
     data = open_data(cfg, ctx)
     det.box_index(data.train)  # a set without a box is an error before training
     backbone_id, backbone_figures, backbone = backbone_stage(cfg, ctx, data)
@@ -377,16 +388,39 @@ def run(cfg: Config, ctx):
         results[spec.name] = row
         ap = (f"AP {100 * row['initial']['AP']:.1f} -> {100 * row['refined']['AP']:.1f}"
               if "refined" in row else "loss not finite: not evaluated")
-        ctx.log(f"[{i}/{len(specs)}] {spec.name}: {ap}")
-    rows = {name: [results[s.name] for s in specs_] for name, specs_ in tables.items()}
+        ctx.log(f"[{i}/{len(specs)}] {spec.name} (seed {ctx.seed}): {ap}")
+    return results, data.identity, backbone_figures.asdict(), data
+
+
+def run(cfg: Config, ctx):
+    from ebm_jax.report import Report
+    from ebm_jax.report.detection import (
+        aggregate_seeds,
+        detection_figures,
+        detection_markdown,
+    )
+
+    tables = plan(cfg)
+    seeds = cfg.run_seeds
+    per_seed, identities, backbones = [], [], []
+    data = None
+    for seed in seeds:
+        results, identity, backbone, data = _run_seed(cfg, ctx.with_seed(seed), tables)
+        per_seed.append(results)
+        identities.append(identity)
+        backbones.append(backbone)
+    rows = {name: [aggregate_seeds([r[s.name] for r in per_seed], seeds) for s in specs_]
+            for name, specs_ in tables.items()}
     info = {"name": cfg.name, "data": data.kind, "num_train": len(data.train),
             "num_val": len(data.val), "eval_split": cfg.eval_split,
-            "guided_nms": cfg.guided_nms, "image_size": cfg.image_size,
+            "guided_nms": cfg.guided_nms, "seeds": list(seeds),
+            "image_size": cfg.image_size,
             "classes": data.train.num_classes, **{k: getattr(cfg, k) for k in (
                 "pool_size", "channels", "hidden", "head_steps", "boxes_per_batch",
                 "refine_steps")}}
-    payload = {"tables": rows, "data": {**info, "identity": data.identity},
-               "backbone": backbone_figures.asdict(),
+    payload = {"tables": rows, "data": {**info, "identity": identities[0],
+                                        "identities": identities},
+               "backbone": backbones[0], "backbones": backbones,
                "reference": {"table2": [list(r) for r in cfg.reference_table2],
                              "table3": [list(r) for r in cfg.reference_table3]}}
     markdown = detection_markdown(rows, info, reference_table2=cfg.reference_table2,

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ebm_jax.report.tables import fmt, markdown_table
+from ebm_jax.report.tables import fmt, markdown_table, paired_difference, signed_points
 
 TITLES = {
     "main": "Linear evaluation of frozen features",
@@ -85,10 +85,8 @@ def paired_differences(tables: Mapping[str, Sequence[Mapping]],
             continue
         row = {"name": name, "reference": reference}
         for k in keys:
-            d = np.array([r[k] - ref[r["seed"]][k] for r in per_seed[name]], np.float64)
-            se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
-            row[k] = {"mean": float(d.mean()), "se": se, "n": len(d),
-                      "beyond_2se": se is not None and abs(d.mean()) > 2 * se}
+            row[k] = paired_difference([r[k] for r in per_seed[name]],
+                                       [ref[r["seed"]][k] for r in per_seed[name]])
         out.append(row)
     return out
 
@@ -99,14 +97,7 @@ def differences_markdown(differences: Sequence[Mapping], keys: Sequence[str],
     beyond 2 se."""
     body = []
     for d in differences:
-        cells = []
-        for k in keys:
-            v = d[k]
-            cell = f"{100 * v['mean']:+.1f}"
-            if v["se"] is not None:
-                cell += f" +- {100 * v['se']:.1f}" + (" *" if v["beyond_2se"] else "")
-            cells.append(cell)
-        body.append([d["name"], *cells])
+        body.append([d["name"], *[signed_points(d[k]) for k in keys]])
     ref = differences[0]["reference"] if differences else ""
     return (f"### Paired difference from {ref} (points, mean +- se over seeds; * beyond "
             "2 se)\n\n" + markdown_table(["run", *headers], body,

@@ -4,7 +4,9 @@ against beta) and Table 3 (NCE sigmas).
 
 Each row is one head stage: {"stage", "method", "num_samples", "hyperparameters",
 "finite", "seconds_per_iteration", "final_loss", and, when evaluated, "initial", "nms"
-and "refined" ({"AP", "AP50", "AP75"} in [0, 1]), "refine_seconds", "num_boxes"}.
+and "refined" ({"AP", "AP50", "AP75"} in [0, 1]), "refine_seconds", "num_boxes"}. Over
+several seeds (`aggregate_seeds`) the figures are means, with "sd" ({which: {key: sd}}),
+"gain" (refined - initial AP, paired by seed: mean, se, beyond_2se) and "per_seed".
 """
 
 from __future__ import annotations
@@ -13,15 +15,47 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ebm_jax.report.tables import markdown_table
+from ebm_jax.report.tables import markdown_table, paired_difference, signed_points
 
 TITLES = {"table2": "Table 2: methods", "m": "Figures 3 and 4: AP (and s / iter) against M",
           "beta": "Figure 5: NCE+ against beta", "sigma": "Table 3: NCE sigmas"}
 
 
+APS = ("AP", "AP50", "AP75")
+STAGES = ("initial", "nms", "refined")
+
+
+def aggregate_seeds(rows: Sequence[dict], seeds: Sequence[int]) -> dict:
+    """One head's rows of several seeds as one row (see the module docstring); one seed
+    gives its row with its seed."""
+    if len(rows) == 1:
+        return {**rows[0], "seed": int(seeds[0])}
+    first = rows[0]
+    out = {k: first[k] for k in ("stage", "method", "num_samples", "hyperparameters")}
+    out["finite"] = all(r["finite"] for r in rows)
+    sp = [r["seconds_per_iteration"] for r in rows if r["seconds_per_iteration"]]
+    out["seconds_per_iteration"] = float(np.median(sp)) if sp else None
+    out["steps"] = first["steps"]
+    if all("refined" in r for r in rows):
+        out["sd"] = {}
+        for which in STAGES:
+            vals = {k: [r[which][k] for r in rows] for k in APS}
+            out[which] = {k: float(np.mean(v)) for k, v in vals.items()}
+            out["sd"][which] = {k: float(np.std(v, ddof=1)) for k, v in vals.items()}
+        out["gain"] = paired_difference([r["refined"]["AP"] for r in rows],
+                             [r["initial"]["AP"] for r in rows])
+        out["num_boxes"] = int(np.mean([r["num_boxes"] for r in rows]))
+    out["per_seed"] = [{**r, "seed": int(s)} for r, s in zip(rows, seeds)]
+    return out
+
+
 def ap(row: dict, which: str, key: str = "AP") -> str:
-    """A row's AP in % (one decimal), or n/a when it was not evaluated."""
-    return f"{100 * row[which][key]:.1f}" if which in row else "n/a"
+    """A row's AP in % (one decimal; "mean +- sd" over seeds), or n/a when it was not
+    evaluated."""
+    if which not in row:
+        return "n/a"
+    sd = row.get("sd", {}).get(which, {}).get(key)
+    return f"{100 * row[which][key]:.1f}" + ("" if sd is None else f" +- {100 * sd:.1f}")
 
 
 def _m_cell(row: dict | None, method: str) -> str:
@@ -42,15 +76,28 @@ def _table2(rows, reference) -> str:
     paper = {m: v for m, *v in reference}
     body = []
     for r in rows:
-        gain = (f"{100 * (r['refined']['AP'] - r['initial']['AP']):+.1f}"
+        gain = (signed_points(r["gain"]) if "gain" in r
+                else f"{100 * (r['refined']['AP'] - r['initial']['AP']):+.1f}"
                 if "refined" in r else "n/a")
         sp = r["seconds_per_iteration"]
         body.append([r["method"].upper(), r["num_samples"], ap(r, "refined"),
                      ap(r, "refined", "AP50"), ap(r, "refined", "AP75"), ap(r, "nms"), gain,
                      f"{sp:.3f}" if sp else "n/a",
                      " / ".join(f"{v:.1f}" for v in paper.get(r["method"], ())) or "-"])
+    multi = any("per_seed" in r for r in rows)
     parts.append(markdown_table(["method", "M", "AP", "AP50", "AP75", "AP after guided NMS",
-                                 "gain (AP)", "s / iter", "paper AP / AP50 / AP75"], body))
+                                 "gain (AP)" + (", mean +- se" if multi else ""),
+                                 "s / iter", "paper AP / AP50 / AP75"], body))
+    nce = next((r for r in rows if r["method"] == "nce" and "per_seed" in r
+                and "refined" in r), None)
+    if nce is not None:
+        base = [p["refined"]["AP"] for p in nce["per_seed"]]
+        diffs = [[r["method"].upper(), signed_points(paired_difference(
+            [p["refined"]["AP"] for p in r["per_seed"]], base))]
+            for r in rows if r is not nce and "refined" in r and "per_seed" in r]
+        parts.append("\nRefined AP minus NCE's, paired by seed (points, mean +- se; * "
+                     "beyond 2 se):\n")
+        parts.append(markdown_table(["method", "AP - NCE"], diffs))
     return "\n".join(parts)
 
 
@@ -101,7 +148,9 @@ def detection_markdown(tables: dict[str, list[dict]], info: dict, *,
              f"{i['image_size']}px; head: PrRoIPool {i['pool_size']}x{i['pool_size']} on "
              f"{i['channels']} channels, FC {i['hidden']}, {i['head_steps']} steps of "
              f"{i['boxes_per_batch']} boxes; T = {i['refine_steps']} refinement steps. "
-             "AP in %, COCO evaluator.\n"]
+             "AP in %, COCO evaluator"
+             + (f"; mean +- sd over seeds {', '.join(map(str, i['seeds']))}"
+                if len(i.get("seeds", ())) > 1 else "") + ".\n"]
     for name, rows in tables.items():
         parts.append(f"## {TITLES[name]}\n")
         if name == "table2":

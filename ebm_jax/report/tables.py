@@ -33,3 +33,21 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence], *,
     lines = ["| " + " | ".join(map(str, headers)) + " |", "|" + "|".join(rule) + "|"]
     lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def paired_difference(values_a: Sequence[float], values_b: Sequence[float]) -> dict:
+    """a - b paired by seed: the mean, its standard error over seeds (sd / sqrt(n);
+    None for one seed), n, and whether the mean is beyond 2 standard errors (the only
+    differences the reports claim)."""
+    d = np.asarray(values_a, np.float64) - np.asarray(values_b, np.float64)
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
+    return {"mean": float(d.mean()), "se": se, "n": len(d),
+            "beyond_2se": se is not None and abs(float(d.mean())) > 2 * se}
+
+
+def signed_points(d: dict) -> str:
+    """A `paired_difference` of fractions in points: "+m +- se", with * beyond 2 se."""
+    cell = f"{100 * d['mean']:+.1f}"
+    if d["se"] is not None:
+        cell += f" +- {100 * d['se']:.1f}" + (" *" if d["beyond_2se"] else "")
+    return cell

@@ -224,6 +224,28 @@ def test_post_nms_detections_run_without_guided_nms(coco, tmp_path):
     assert "no guided NMS" in (tmp_path / "out" / "results.md").read_text()
 
 
+def test_seeds_give_mean_sd_and_paired_gains(runs, tmp_path):
+    out = tmp_path / "seeds"
+    _run(f"{CONFIGS['table2']}:tiny", runs / "runs", out, ["seeds=0,1"])
+    payload = json.loads(out.joinpath("results.json").read_text())
+    one = {r["method"]: r for r in _tables(runs / "table2")["table2"]}
+    for r in payload["tables"]["table2"]:
+        assert [p["seed"] for p in r["per_seed"]] == [0, 1]
+        # seed 0 is the one-seed run's head and evaluation, reused
+        assert r["per_seed"][0]["refined"] == one[r["method"]]["refined"]
+        aps = [p["refined"]["AP"] for p in r["per_seed"]]
+        assert r["refined"]["AP"] == pytest.approx(sum(aps) / 2)
+        gains = [p["refined"]["AP"] - p["initial"]["AP"] for p in r["per_seed"]]
+        assert r["gain"]["mean"] == pytest.approx(sum(gains) / 2) and r["gain"]["n"] == 2
+    ids = payload["data"]["identities"]
+    assert ids[0]["val"] != ids[1]["val"]  # each seed its own data
+    md = out.joinpath("results.md").read_text()
+    assert "mean +- sd over seeds 0, 1" in md and "Refined AP minus NCE's" in md
+    assert "| NCE+ | " in md and " +- " in md
+    with pytest.raises(ConfigError, match="--config.seeds must be distinct integers"):
+        load_config(f"{CONFIGS['table2']}:tiny", ["seeds=2,2"])
+
+
 def test_held_out_test_split_is_scored_apart_from_val(runs, tmp_path):
     out = tmp_path / "test"
     _run(f"{CONFIGS['table2']}:tiny", runs / "runs", out, ["eval_split=test", "num_test=3"])
