@@ -274,7 +274,10 @@ def _budget_figure(groups, rows, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import NullFormatter
+
     fig, ax = plt.subplots(figsize=(4.6, 3.4), dpi=120)
+    budgets = sorted({a.x for arms in groups.values() for a in arms})
     for name, arms in groups.items():
         x = np.asarray([a.x for a in arms])
         v = 100 * np.asarray([[r["auc"] for r in rows[a.label]] for a in arms])
@@ -282,6 +285,8 @@ def _budget_figure(groups, rows, title):
         ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4,
                     label="Box-Siam" if name == "box-siam" else "SoCL-Siam")
     ax.set(xscale="log", xlabel="annotation hours", ylabel="AUC (%)", title=title)
+    ax.set_xticks(budgets, [f"{h:g}" for h in budgets])  # the budgets, not powers of 10
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
