@@ -18,10 +18,17 @@ CONFIGS = find_configs(ROOT / "experiments")
 FAST = {"figure2_toy1d_m", "moco_linear_eval"}
 
 # results.json keys that measure the machine or name the command line, not the results
-VOLATILE_KEY = re.compile(r"(seconds|per_second|seconds_per_\w+)$|^(command|workdir)$")
-# results.md table columns that hold timings ("pretrain img/s", "pretrain s", "s/iter")
-TIMING_COLUMN = re.compile(r"(^|\s)(s|h|min|img/s|it/s|s/iter|s/it|s/step)$|seconds|time",
-                           re.IGNORECASE)
+VOLATILE_KEY = re.compile(r"(seconds|per_second|seconds_per_\w+|fps)$|^(command|workdir)$"
+                          # SoCL Table 4: the measured TOP-map and training times, and
+                          # the training fee from them
+                          r"|^(top_map_hours_measured|training_machine_hours"
+                          r"|training_fee_at_gpu_rate)$")
+# results.md table columns that hold timings ("pretrain img/s", "pretrain s", "s / iter",
+# "s/epoch/model", "FPS")
+TIMING_COLUMN = re.compile(r"(^|\s)(s|h|min)$|img/s|it/s|fps|s ?/ ?(iter|it|step|epoch)"
+                           r"|seconds|time|machine-h|at GPU rate", re.IGNORECASE)
+# a duration in the text ("0.119 s per frame", "Wall time 12 s on 1 device")
+TIMING_TEXT = re.compile(r"\d+(?:\.\d+)? s\b")
 
 
 def without_timings(x):
@@ -34,12 +41,13 @@ def without_timings(x):
 
 
 def masked_tables(text: str) -> list[str]:
-    """results.md's lines with the cells of timing columns replaced by '*'."""
+    """results.md's lines with the cells of timing columns, and the durations in its
+    text, replaced by '*'."""
     out, timing, in_table = [], set(), False
     for line in text.splitlines():
         if not line.startswith("|"):
             in_table = False
-            out.append(line)
+            out.append(TIMING_TEXT.sub("* s", line))
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if not in_table:  # the header row
@@ -51,11 +59,14 @@ def masked_tables(text: str) -> list[str]:
 
 def test_the_masks_remove_timings_only():
     results = {"ebm_jax": {"wall_seconds": 3.0, "command": "x", "seed": 0},
-               "rows": [{"ap": 40.1, "seconds_per_step": 0.1, "images_per_second": 9}]}
+               "rows": [{"ap": 40.1, "seconds_per_step": 0.1, "images_per_second": 9,
+                         "fps": {"mean": 40.0}}]}
     assert without_timings(results) == {"ebm_jax": {"seed": 0}, "rows": [{"ap": 40.1}]}
-    md = ("| run | acc. % | pretrain img/s | pretrain s |\n|---|---:|---:|---:|\n"
-          "| moco | 32.5 | 19 | 5 |\n\ntext 1.0\n")
-    other = md.replace("| 19 | 5 |", "| 12 | 8 |")
+    md = ("| run | acc. % | pretrain img/s | pretrain s | s / iter | FPS |\n"
+          "|---|---:|---:|---:|---:|---:|\n| moco | 32.5 | 19 | 5 | 0.1 | 40 |\n\n"
+          "TOP maps: 0.119 s per frame, recall 56%\n")
+    other = md.replace("| 19 | 5 | 0.1 | 40 |", "| 12 | 8 | 0.2 | 39 |").replace(
+        "0.119 s", "0.084 s")
     assert masked_tables(md) == masked_tables(other)
     assert masked_tables(md) != masked_tables(md.replace("32.5", "32.4"))
 
