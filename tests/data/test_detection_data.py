@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 
 from ebm_jax.data import detection as det
+from ebm_jax.data import detector
 
 
 @pytest.fixture
@@ -36,7 +37,7 @@ def test_simulated_detector_has_realistic_ious(dataset):
     dets = det.simulate_detections(dataset.annotations, seed=1, false_positives=0.5,
                                    miss_rate=0.0, candidates=1.0, confusion=0.0)
     gt = json.loads(dataset.annotations.read_text())["annotations"]
-    ious = [det._iou_xywh(g["bbox"], d["bbox"]) for g, d in zip(gt, dets)]
+    ious = [detector._iou_xywh(g["bbox"], d["bbox"]) for g, d in zip(gt, dets)]
     assert 0.49 < min(ious) and max(ious) < 0.91
 
 
@@ -49,7 +50,7 @@ def test_simulated_detector_gives_per_class_boxes_before_nms(dataset):
     by_image = {}
     for g in gt["annotations"]:
         by_image.setdefault(g["image_id"], []).append(g)
-    best = [max(det._iou_xywh(g["bbox"], d["bbox"]) for g in by_image[d["image_id"]])
+    best = [max(detector._iou_xywh(g["bbox"], d["bbox"]) for g in by_image[d["image_id"]])
             for d in dets if d["score"] > 0.5]
     assert min(best) > 0.49
     # the same box under another class, at a lower score
@@ -68,7 +69,7 @@ def _nms(dets, iou):
     kept = []
     for d in sorted(dets, key=lambda d: -d["score"]):
         if all(k["image_id"] != d["image_id"] or k["category_id"] != d["category_id"]
-               or det._iou_xywh(k["bbox"], d["bbox"]) <= iou for k in kept):
+               or detector._iou_xywh(k["bbox"], d["bbox"]) <= iou for k in kept):
             kept.append(d)
     return kept
 
