@@ -253,10 +253,11 @@ def run(cfg: Config, ctx: RunContext) -> Report:
     specs = all_specs(cfg)
     seeds = cfg.run_seeds
     per_seed: dict[str, list[dict]] = {s.name: [] for s in specs}
-    data = None
+    data = first = None
     for seed in seeds:
         sctx = ctx.with_seed(seed)
         data = load_data(cfg, sctx)
+        first = first or (data, sctx)  # the plot's seed: kept, not loaded again
         for i, spec in enumerate(specs, 1):
             tag = f"[{i}/{len(specs)}] {spec.name}" + (f" (seed {seed})" if len(seeds) > 1
                                                         else "")
@@ -291,8 +292,7 @@ def run(cfg: Config, ctx: RunContext) -> Report:
         differences=differences if len(seeds) > 1 else None)
     figures = {}
     if cfg.plot != "none":
-        sctx = ctx.with_seed(seeds[0])
-        data = load_data(cfg, sctx)
+        data, sctx = first
         feats = {s.name: np.asarray(features_of(s, cfg, data, sctx, data.test_images))
                  for s in tables["main"]}
         name = f"{cfg.main}_features.png"
