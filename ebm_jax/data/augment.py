@@ -195,11 +195,28 @@ def digits_augment(key, image, size: int) -> jax.Array:
     return gaussian_blur(k3, x, (0.1, 1.0), p=0.5, kernel_fraction=0.25)
 
 
+def digits_color_augment(key, image, size: int) -> jax.Array:
+    """For digits on coloured photo patches (MNIST-M style, three channels): the digits
+    augmentation's crop (0.3-1), blur and no flip, with MoCo v1's colour jitter
+    (brightness, contrast, saturation and hue 0.4, p 0.8) and grayscale (p 0.2). Two
+    views of one image share its background photo, so without hue and saturation
+    jitter the background's colours alone tell the instances apart (He et al. 2020,
+    sec. 3.3; Chen et al. 2020, sec. 3, on colour as a shortcut)."""
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    x = random_resized_crop(k1, image, size, scale=(0.3, 1.0))
+    colour = x.shape[-1] == 3
+    x = color_jitter(k2, x, 0.4, 0.4, 0.4 if colour else 0.0, 0.4 if colour else 0.0,
+                     p=0.8)
+    x = random_grayscale(k3, x, 0.2)
+    return gaussian_blur(k4, x, (0.1, 1.0), p=0.5, kernel_fraction=0.25)
+
+
 AUGMENTATIONS = {
     "moco-v1": moco_v1_augment,
     "moco-v2": moco_v2_augment,
     "cifar": cifar_augment,
     "digits": digits_augment,
+    "digits-color": digits_color_augment,
 }
 
 

@@ -14,7 +14,8 @@ RNG = np.random.default_rng(0)
 IMAGES = jnp.asarray(RNG.uniform(size=(6, 24, 20, 3)), jnp.float32)
 
 
-@pytest.mark.parametrize("fn", [A.moco_v1_augment, A.moco_v2_augment])
+@pytest.mark.parametrize("fn", [A.moco_v1_augment, A.moco_v2_augment,
+                                A.cifar_augment, A.digits_color_augment])
 def test_pipelines_keep_shape_and_range_and_differ_per_key(fn):
     out = jax.jit(lambda k, x: A.augment_batch(fn, k, x, size=16))(jax.random.key(0), IMAGES)
     assert out.shape == (6, 16, 16, 3) and out.dtype == jnp.float32
@@ -25,6 +26,20 @@ def test_pipelines_keep_shape_and_range_and_differ_per_key(fn):
     same = jnp.broadcast_to(IMAGES[:1], (2, 24, 20, 3))
     a, b = A.augment_batch(fn, jax.random.key(1), same, size=16)
     assert not np.allclose(a, b)
+
+
+def test_digits_color_changes_hue_and_keeps_one_channel_images_gray():
+    # a flat coloured patch: the crop and blur leave it flat, so only the jitter and
+    # grayscale can change its colour; over 32 keys the hue must move
+    flat = jnp.broadcast_to(jnp.asarray([0.8, 0.3, 0.2], jnp.float32), (32, 12, 12, 3))
+    out = np.asarray(A.augment_batch(A.digits_color_augment, jax.random.key(0), flat,
+                                     size=12))
+    hues = [colorsys.rgb_to_hsv(*o[6, 6])[0] for o in out if np.ptp(o[6, 6]) > 1e-3]
+    assert np.ptp(hues) > 0.1
+    gray = jnp.asarray(RNG.uniform(size=(4, 12, 12, 1)), jnp.float32)
+    g = A.augment_batch(A.digits_color_augment, jax.random.key(1), gray, size=8)
+    assert g.shape == (4, 8, 8, 1)
+    assert A.get_augment("digits-color") is A.digits_color_augment
 
 
 def test_pipeline_traces_once():
