@@ -6,7 +6,9 @@ Each row is one head stage: {"stage", "method", "num_samples", "hyperparameters"
 "finite", "seconds_per_iteration", "final_loss", and, when evaluated, "initial", "nms"
 and "refined" ({"AP", "AP50", "AP75"} in [0, 1]), "refine_seconds", "num_boxes"}. Over
 several seeds (`aggregate_seeds`) the figures are means, with "sd" ({which: {key: sd}}),
-"gain" (refined - initial AP, paired by seed: mean, se, beyond_2se) and "per_seed".
+"gain" (refined - initial AP, paired by seed: mean, se, beyond_2se), "refine_gain"
+(refined - guided-NMS AP, paired by seed: what the refinement steps alone add to the
+same boxes) and "per_seed".
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ def aggregate_seeds(rows: Sequence[dict], seeds: Sequence[int]) -> dict:
             out["sd"][which] = {k: float(np.std(v, ddof=1)) for k, v in vals.items()}
         out["gain"] = paired_difference([r["refined"]["AP"] for r in rows],
                              [r["initial"]["AP"] for r in rows])
+        out["refine_gain"] = paired_difference([r["refined"]["AP"] for r in rows],
+                                               [r["nms"]["AP"] for r in rows])
         out["num_boxes"] = int(np.mean([r["num_boxes"] for r in rows]))
     out["per_seed"] = [{**r, "seed": int(s)} for r, s in zip(rows, seeds)]
     return out
@@ -75,18 +79,22 @@ def _table2(rows, reference) -> str:
                      f"{ap(first, 'initial', 'AP50')}, AP75 {ap(first, 'initial', 'AP75')}.\n")
     paper = {m: v for m, *v in reference}
     body = []
-    for r in rows:
-        gain = (signed_points(r["gain"]) if "gain" in r
-                else f"{100 * (r['refined']['AP'] - r['initial']['AP']):+.1f}"
+    def difference(r, key, which):
+        return (signed_points(r[key]) if key in r
+                else f"{100 * (r['refined']['AP'] - r[which]['AP']):+.1f}"
                 if "refined" in r else "n/a")
+
+    for r in rows:
         sp = r["seconds_per_iteration"]
         body.append([r["method"].upper(), r["num_samples"], ap(r, "refined"),
-                     ap(r, "refined", "AP50"), ap(r, "refined", "AP75"), ap(r, "nms"), gain,
+                     ap(r, "refined", "AP50"), ap(r, "refined", "AP75"), ap(r, "nms"),
+                     difference(r, "gain", "initial"), difference(r, "refine_gain", "nms"),
                      f"{sp:.3f}" if sp else "n/a",
                      " / ".join(f"{v:.1f}" for v in paper.get(r["method"], ())) or "-"])
     multi = any("per_seed" in r for r in rows)
+    se = ", mean +- se" if multi else ""
     parts.append(markdown_table(["method", "M", "AP", "AP50", "AP75", "AP after guided NMS",
-                                 "gain (AP)" + (", mean +- se" if multi else ""),
+                                 "AP - initial" + se, "AP - after NMS (refinement)" + se,
                                  "s / iter", "paper AP / AP50 / AP75"], body))
     nce = next((r for r in rows if r["method"] == "nce" and "per_seed" in r
                 and "refined" in r), None)

@@ -237,10 +237,13 @@ def test_seeds_give_mean_sd_and_paired_gains(runs, tmp_path):
         assert r["refined"]["AP"] == pytest.approx(sum(aps) / 2)
         gains = [p["refined"]["AP"] - p["initial"]["AP"] for p in r["per_seed"]]
         assert r["gain"]["mean"] == pytest.approx(sum(gains) / 2) and r["gain"]["n"] == 2
+        steps = [p["refined"]["AP"] - p["nms"]["AP"] for p in r["per_seed"]]
+        assert r["refine_gain"]["mean"] == pytest.approx(sum(steps) / 2)
     ids = payload["data"]["identities"]
     assert ids[0]["val"] != ids[1]["val"]  # each seed its own data
     md = out.joinpath("results.md").read_text()
     assert "mean +- sd over seeds 0, 1" in md and "Refined AP minus NCE's" in md
+    assert "AP - after NMS (refinement), mean +- se" in md
     assert "| NCE+ | " in md and " +- " in md
     with pytest.raises(ConfigError, match="--config.seeds must be distinct integers"):
         load_config(f"{CONFIGS['table2']}:tiny", ["seeds=2,2"])
