@@ -55,7 +55,8 @@ def refine_detections(head, val: DetectionSet, features, detections: list[dict],
     `nms_iou`, at most `max_detections`; with `guided_nms=False` the boxes are taken as
     they are, the `max_detections` best-scored, for a detector's output after its own
     NMS); then `refine_steps` gradient-ascent steps with `step_lengths` (l_c, l_c, l_s,
-    l_s) for (cx, cy, log w, log h), clipped to the image again. `features` is a
+    l_s) for (cx, cy, log w, log h), clipped to the image again (a box the steps carry
+    wholly out of it is dropped from "refined"). `features` is a
     `FeatureSource` of `val`. Returns COCO result lists in the images' pixels:
     "initial" (the detector's clipped boxes above the threshold), "nms" and
     "refined"."""
@@ -117,6 +118,9 @@ def refine_detections(head, val: DetectionSet, features, detections: list[dict],
         refined, _, _ = refine_boxes(head, levels, kb, kc, step_length=lengths,
                                      num_steps=refine_steps)
         refined = _clip(np.asarray(refined)[:len(kept)], w_img, h_img)
+        # a box that the steps carried wholly out of the image is clipped to nothing:
+        # dropped, as the detector's own boxes outside the image are (a lost detection)
+        alive = (refined[:, 2] > refined[:, 0]) & (refined[:, 3] > refined[:, 1])
 
         def entry(box, j, score, image_id=image_id, s=s, dets=dets):
             x0, y0, x1, y1 = (np.asarray(box, float) / s).tolist()
@@ -125,15 +129,16 @@ def refine_detections(head, val: DetectionSet, features, detections: list[dict],
 
         out["initial"] += [entry(boxes[j], j, scores[j]) for j in range(n)]
         out["nms"] += [entry(boxes[j], j, new_scores[j]) for j in kept]
-        out["refined"] += [entry(refined[r], j, new_scores[j]) for r, j in enumerate(kept)]
+        out["refined"] += [entry(refined[r], j, new_scores[j]) for r, j in enumerate(kept)
+                           if alive[r]]
     return out
 
 
 def evaluate_refinement(head, val: DetectionSet, features, detections: list[dict],
                         **settings) -> dict:
     """AP / AP50 / AP75 (COCO evaluator) of the initial, guided-NMS and refined boxes
-    of `refine_detections(..., **settings)`, with the refinement's seconds and the
-    number of refined boxes."""
+    of `refine_detections(..., **settings)`, with the refinement's seconds, the number
+    of refined boxes and of those the refinement carried out of the image (dropped)."""
     from ebm_jax.eval.coco import coco_evaluate
 
     t0 = time.perf_counter()
@@ -142,4 +147,5 @@ def evaluate_refinement(head, val: DetectionSet, features, detections: list[dict
     out = {name: coco_evaluate(val.annotations, dets) for name, dets in results.items()}
     out["refine_seconds"] = seconds
     out["num_boxes"] = len(results["refined"])
+    out["num_left_image"] = len(results["nms"]) - len(results["refined"])
     return out

@@ -56,7 +56,8 @@ def test_refine_detections_maps_boxes_back_to_image_pixels(coco_set):
     for r in out["refined"]:
         assert np.all(np.isfinite(r["bbox"])) and r["bbox"][2] > 0 and r["bbox"][3] > 0
     metrics = evaluate_refinement(head, ds, feats, dets, **settings)
-    assert set(metrics) == {"initial", "nms", "refined", "refine_seconds", "num_boxes"}
+    assert set(metrics) == {"initial", "nms", "refined", "refine_seconds", "num_boxes",
+                            "num_left_image"}
     assert metrics["num_boxes"] == 2 and 0.0 <= metrics["refined"]["AP"] <= 1.0
     with pytest.raises(ValueError, match="step_lengths must be 4 numbers"):
         refine_detections(head, ds, feats, dets, step_lengths=(1e-3,), refine_steps=1)
@@ -84,6 +85,30 @@ def test_detector_boxes_and_refined_boxes_are_clipped_to_the_image(coco_set):
     for r in out["refined"]:  # long steps, still inside the image
         x, y, w, h = r["bbox"]
         assert x >= 0 and y >= 0 and x + w <= 40 + 1e-4 and y + h <= 20 + 1e-4
+
+
+def test_a_box_refined_out_of_the_image_is_dropped(coco_set, monkeypatch):
+    import ebm_jax.models.detection_head as dh
+
+    ds, feats, head = _refine_setup(coco_set)
+    dets = [{"image_id": 1, "category_id": 7, "bbox": [4.0, 4.0, 10.0, 8.0], "score": 0.9},
+            {"image_id": 1, "category_id": 3, "bbox": [24.0, 2.0, 6.0, 9.0], "score": 0.5}]
+    real = dh.refine_boxes
+
+    def steps_off_the_image(head, levels, boxes, classes, **kw):
+        refined, *rest = real(head, levels, boxes, classes, **kw)
+        refined = np.asarray(refined).copy()
+        refined[0] = [10.0, 200.0, 30.0, 230.0]  # wholly below the 32 px high input
+        return (refined, *rest)
+
+    monkeypatch.setattr(dh, "refine_boxes", steps_off_the_image)
+    out = refine_detections(head, ds, feats, dets, step_lengths=(1e-3,) * 4,
+                            refine_steps=1, guided_nms=False)
+    assert len(out["nms"]) == 2 and len(out["refined"]) == 1
+    assert out["refined"][0]["category_id"] == out["nms"][1]["category_id"]
+    metrics = evaluate_refinement(head, ds, feats, dets, step_lengths=(1e-3,) * 4,
+                                  refine_steps=1, guided_nms=False)
+    assert metrics["num_left_image"] == 1 and metrics["num_boxes"] == 1
 
 
 def test_guided_nms_removes_duplicates_and_can_be_switched_off(coco_set):
