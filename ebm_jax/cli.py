@@ -4,6 +4,7 @@
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick   # Table 1, quick
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:paper --config.methods=nce,nce+
     ebm-jax plot-metrics runs/regression1d                         # loss curves to PNG
+    ebm-jax compare results/a/results.json moco results/b/results.json instdisc
 
 `--workdir` (default `runs/<recipe>`) holds the stages' checkpoints: rerunning the
 same command resumes them. `--out` (default `results/<config>/<variant>`) receives
@@ -69,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a work (or stage) directory holding metrics.jsonl files")
     p.add_argument("--out", default=None, help="PNG to write (default WORKDIR/metrics.png)")
     p.set_defaults(func=_plot_metrics)
+
+    p = sub.add_parser("compare", help="two contrastive runs, paired by seed",
+                       description="RUN_A of RESULTS_A minus RUN_B of RESULTS_B (two "
+                       "contrastive results.json of the same data and seeds), seed by "
+                       "seed: mean +- standard error, * beyond 2 se.")
+    p.add_argument("results_a", metavar="RESULTS_A")
+    p.add_argument("run_a", metavar="RUN_A")
+    p.add_argument("results_b", metavar="RESULTS_B")
+    p.add_argument("run_b", metavar="RUN_B")
+    p.set_defaults(func=_compare)
     return parser
 
 
@@ -131,6 +142,17 @@ def _plot_metrics(args, overrides) -> int:
     from ebm_jax.train.records import plot_metrics
 
     print(plot_metrics(args.run_dir, args.out))
+    return 0
+
+
+def _compare(args, overrides) -> int:
+    from ebm_jax.io import read_json
+    from ebm_jax.report.contrastive import compare_results
+
+    a = read_json(args.results_a, what="results file", fix="give a contrastive results.json")
+    b = read_json(args.results_b, what="results file", fix="give a contrastive results.json")
+    print(compare_results(a, args.run_a, b, args.run_b,
+                          names=(args.results_a, args.results_b)))
     return 0
 
 

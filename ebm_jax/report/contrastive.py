@@ -104,6 +104,39 @@ def differences_markdown(differences: Sequence[Mapping], keys: Sequence[str],
                                           align="l" + "r" * len(headers)))
 
 
+def compare_results(results_a: Mapping, run_a: str, results_b: Mapping, run_b: str, *,
+                    names: tuple[str, str] = ("A", "B")) -> str:
+    """Run `run_a` of one contrastive results.json minus run `run_b` of another (or
+    the same), paired by seed: the two must share their data, split and seeds (so each
+    seed's runs saw the same images). A Markdown table of every figure both have, in
+    points, mean +- se over seeds, `*` beyond 2 se."""
+    def find(results, run, name):
+        for rows in results.get("tables", {}).values():
+            for r in rows:
+                if r["name"] == run:
+                    return r
+        runs = sorted({r["name"] for rows in results.get("tables", {}).values()
+                       for r in rows})
+        raise ValueError(f"{name}: no run {run!r} (its runs: {', '.join(runs) or 'none'})")
+
+    for field in ("data", "eval_split", "num_train", "num_test", "seeds"):
+        if results_a.get(field) != results_b.get(field):
+            raise ValueError(f"{names[0]} and {names[1]} differ in {field} "
+                             f"({results_a.get(field)!r} vs {results_b.get(field)!r}): "
+                             "runs compare by seed only on the same data and seeds")
+    a, b = find(results_a, run_a, names[0]), find(results_b, run_b, names[1])
+    if "seeds" not in a or "seeds" not in b or len(a["seeds"]) < 2:
+        raise ValueError("a paired comparison needs runs of at least 2 seeds "
+                         "(--config.seeds); these have one")
+    keys = [k for k in a if k.endswith("_accuracy") and k != "linear_train_accuracy"
+            and k in b]
+    by_b = {r["seed"]: r for r in b["seeds"]}
+    body = [[k.removesuffix("_accuracy").replace("_", " "), signed_points(paired_difference(
+        [r[k] for r in a["seeds"]], [by_b[r["seed"]][k] for r in a["seeds"]]))]
+        for k in keys]
+    return markdown_table([f"{run_a} - {run_b}", "points, mean +- se"], body, align="lr")
+
+
 def report_markdown(tables: Mapping[str, Sequence[Mapping]], *, title: str,
                     batch_size: int, few_labels: int, queue_size: int, momentum: float,
                     knn_ks: Sequence[int] = (200,),
