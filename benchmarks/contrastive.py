@@ -1,7 +1,7 @@
 """Pretraining throughput (images per second) of the contrastive methods: one jitted,
 donated train step per call, as the contrastive recipe runs it, timed after compilation.
 
-    python benchmarks/contrastive.py                       # the quick variant (digits)
+    python benchmarks/contrastive.py                       # the quick variant (digits on photos)
     python benchmarks/contrastive.py --variant cifar --steps 5   # ResNet-18, 32x32x3
 
 The model and loss settings are those of experiments/contrastive/moco_linear_eval.py
@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 from ebm_jax.config import load_config
-from ebm_jax.data.images import ImageData
+from ebm_jax.data.images import ImageData, dataset_sizes
 from ebm_jax.io import write_report
 from ebm_jax.recipes import contrastive_stages as c
 from ebm_jax.train import create_train_state, make_train_step, replicate
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     cfg = load_config(f"{CONFIG}:{args.variant}")
     if args.batch_size:
         cfg = dataclasses.replace(cfg, batch_size=args.batch_size)
-    channels = 3 if cfg.data in ("cifar10", "folder") else 1
+    channels = 3 if cfg.data in ("cifar10", "folder") else dataset_sizes(cfg.data)[2]
     data = fake_data(cfg, channels, max(4 * cfg.batch_size, cfg.queue_size))
     rows = []
     for method in ("moco", "end-to-end", "memory-bank", "instdisc", "supervised"):
