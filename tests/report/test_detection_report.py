@@ -23,7 +23,8 @@ def _row(method, m=128, ap=0.5, **hp):
 
 def test_report_and_plots_of_every_table():
     tables = {
-        "table2": [_row("ml-is", ap=0.45), _row("nce+", ap=0.5, beta=0.1),
+        "table2": [{**_row("ml-is", ap=0.45), "nms": {"AP": 0.43, "AP50": 0.9, "AP75": 0.4}},
+                   _row("nce+", ap=0.5, beta=0.1),
                    {**_row("dsm"), "finite": False}],
         "m": [_row(x, m) for x in ("ml-is", "kld-is", "nce", "nce+") for m in (1, 2)]
         + [{**_row("ml-is", 4), "finite": False}],
@@ -35,7 +36,8 @@ def test_report_and_plots_of_every_table():
     md = detection_markdown(tables, INFO, reference_table2=(("ml-is", 39.4, 58.6, 42.1),),
                             reference_table3=ref3[:4])
     assert "## Table 2: methods" in md and "Figures 3 and 4" in md
-    assert ("| ML-IS | 128 | 45.0 | 90.0 | 40.0 | 45.0 | +5.0 | 0.100 | 39.4 / 58.6 / 42.1 |"
+    # AP, AP50, AP75, after NMS, refined - initial, refined - after NMS
+    assert ("| ML-IS | 128 | 45.0 | 90.0 | 40.0 | 43.0 | +5.0 | +2.0 | 0.100 | 39.4 / 58.6 / 42.1 |"
             in md)
     assert "| NCE+ | 0.5 | 100.0 |" in md
     assert "| 0.0125, 0.025, 0.05 | 40.0 | 90.0 | 40.0 | 38.58 |" in md
