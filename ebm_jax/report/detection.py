@@ -4,7 +4,8 @@ against beta) and Table 3 (NCE sigmas).
 
 Each row is one head stage: {"stage", "method", "num_samples", "hyperparameters",
 "finite", "seconds_per_iteration", "final_loss", and, when evaluated, "initial", "nms"
-and "refined" ({"AP", "AP50", "AP75"} in [0, 1]), "refine_seconds", "num_boxes"}. Over
+and "refined" ({"AP", "AP50", "AP75"} in [0, 1]), "refine_seconds", "num_boxes",
+"num_left_image" (refined boxes dropped for leaving the image)}. Over
 several seeds (`aggregate_seeds`) the figures are means, with "sd" ({which: {key: sd}}),
 "gain" (refined - initial AP, paired by seed: mean, se, beyond_2se), "refine_gain"
 (refined - guided-NMS AP, paired by seed: what the refinement steps alone add to the
@@ -78,12 +79,13 @@ def _table2(rows, reference) -> str:
         parts.append(f"Detector boxes (initial): AP {ap(first, 'initial')}, AP50 "
                      f"{ap(first, 'initial', 'AP50')}, AP75 {ap(first, 'initial', 'AP75')}.\n")
     paper = {m: v for m, *v in reference}
-    body = []
-    def difference(r, key, which):
+
+    def difference(r, key, which):  # paired over seeds, else the one seed's difference
         return (signed_points(r[key]) if key in r
                 else f"{100 * (r['refined']['AP'] - r[which]['AP']):+.1f}"
                 if "refined" in r else "n/a")
 
+    body = []
     for r in rows:
         sp = r["seconds_per_iteration"]
         body.append([r["method"].upper(), r["num_samples"], ap(r, "refined"),
