@@ -37,6 +37,10 @@ class ImageData:
     test_labels: np.ndarray
     num_classes: int
     class_names: tuple[str, ...] = ()
+    # read from ArrayRecord records (`data.records`): their directory, and the record
+    # index of each training image (a grain pipeline reads the same images from there)
+    records: str | None = None
+    train_index: np.ndarray | None = None
 
     def __post_init__(self):
         for split in ("train", "test"):
@@ -47,6 +51,9 @@ class ImageData:
             if len(images) != len(labels):
                 raise ValueError(f"{self.name}: {len(images)} {split} images but "
                                  f"{len(labels)} labels")
+        if self.train_index is not None and len(self.train_index) != len(self.train_images):
+            raise ValueError(f"{self.name}: {len(self.train_index)} train_index entries "
+                             f"but {len(self.train_images)} training images")
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -58,6 +65,7 @@ class ImageData:
             self,
             train_images=self.train_images[:num_train],
             train_labels=self.train_labels[:num_train],
+            train_index=None if self.train_index is None else self.train_index[:num_train],
             test_images=self.test_images[:num_test],
             test_labels=self.test_labels[:num_test],
         )
@@ -245,8 +253,11 @@ def load_image_folder(root: str | os.PathLike, size: int = 32, *,
 
 # --------------------------------------------------------------------------- by name
 
-DATASETS = ("embedded", "digits", "opencv-digits", "digits-on-photos", "cifar10", "folder")
-NEEDS_ROOT = ("cifar10", "folder")  # data_root: a directory, required
+DATASETS = ("embedded", "digits", "opencv-digits", "digits-on-photos", "cifar10", "folder",
+            "records")
+# data_root: a directory, required ("records": an "images" ArrayRecord dataset written by
+# `data.records.write_image_records`, e.g. by `ebm-jax records images`)
+NEEDS_ROOT = ("cifar10", "folder", "records")
 OPTIONAL_ROOT = ("opencv-digits",)  # data_root: the directory that holds digits.png
 
 
@@ -286,6 +297,10 @@ def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
                                     test_images=resize(d.test_images, size))
     elif name == "folder":
         d = load_image_folder(data_root, size)
+    elif name == "records":
+        from ebm_jax.data.records import image_data_from_records
+
+        d = image_data_from_records(data_root, size=size)
     else:
         raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {name!r}")
     if split == "val" and name != "digits-on-photos":
@@ -306,6 +321,11 @@ def dataset_sizes(name: str, data_root=None) -> tuple[int, int, int]:
         return 2 * 1347, 4 * 450, 3
     if name == "cifar10":
         return 50000, 10000, 3
+    if name == "records" and data_root is not None:
+        from ebm_jax.data.records import open_records
+
+        rec = open_records(data_root, "images")
+        return rec.splits["train"], rec.splits["test"], int(rec.metadata["image_shape"][-1])
     if name == "folder" and data_root is not None:
         def count(split):
             folder = Path(data_root) / split
@@ -331,6 +351,7 @@ def validation_split(data: ImageData, fraction: float, seed: int) -> ImageData:
     return dataclasses.replace(
         data, name=f"{data.name} (val)", train_images=data.train_images[tr],
         train_labels=data.train_labels[tr], test_images=data.train_images[va],
+        train_index=None if data.train_index is None else data.train_index[tr],
         test_labels=data.train_labels[va])
 
 

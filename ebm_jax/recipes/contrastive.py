@@ -68,7 +68,13 @@ class Config:
     # tables); "val": hold out a validation split of the training data and score on it
     # (every choice of hyperparameters), the test split untouched
     eval_split: str = "test"
-    data_root: str | None = None  # cifar10 / folder (a directory); nothing is downloaded
+    # cifar10 / folder / records (a directory); nothing is downloaded
+    data_root: str | None = None
+    # how pretraining reads its batches: "memory" (indexed from the loaded arrays, the
+    # whole global batch on every process) or "grain" (a grain pipeline, from the
+    # ArrayRecord records with data=records, each process reading only its rows;
+    # `ebm_jax.data.pipeline`). The batches are the same.
+    loader: str = "memory"
     num_train: int | None = None  # keep the first images of each split (None: all)
     num_test: int | None = None
     image_size: int = 16
@@ -125,6 +131,7 @@ class Config:
                               f"got {self.seeds!r}")
         c.each_in("tables", TABLES)
         c.one_of("data", image_data.DATASETS)
+        c.one_of("loader", ("memory", "grain"))
         for f in ("num_train", "num_test"):
             if getattr(self, f) is not None:
                 c.int_range(f, 1)

@@ -29,6 +29,7 @@ from ebm_jax.contrastive import (
 )
 from ebm_jax.data import images as image_data
 from ebm_jax.data.augment import get_augment
+from ebm_jax.data.pipeline import StepReader, batch_indices, image_batches
 from ebm_jax.eval.knn import knn_accuracy
 from ebm_jax.eval.linear_probe import (
     classifier_accuracy,
@@ -49,9 +50,10 @@ if TYPE_CHECKING:
 TABLES = ("main", "momentum", "mechanism", "queue")
 EVAL_FIELDS = ("linear_epochs", "linear_learning_rate", "knn_ks", "few_labels")
 # settings that change no pretraining stage (what is shown, which tables, paths)
-NOT_PRETRAINING = EVAL_FIELDS + ("main", "tables", "plot", "data_root", "momentum_values",
-                                 "queue_values", "reference", "reference_note", "seed",
-                                 "seeds")
+# (the loader reads the same batches either way: tests/recipes/test_contrastive_grain.py)
+NOT_PRETRAINING = EVAL_FIELDS + ("main", "tables", "plot", "data_root", "loader",
+                                 "momentum_values", "queue_values", "reference",
+                                 "reference_note", "seed", "seeds")
 # rows without pretraining: a random encoder, and the raw pixels (no encoder at all)
 UNTRAINED = ("random", "pixels")
 
@@ -217,14 +219,24 @@ def pretrain(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
     images, labels = data.train_images, data.train_labels
     order_seed = ctx.seed_of(spec.name, "batches")
 
-    def batches(s):  # a fresh permutation each epoch, a function of (seed, epoch) alone
-        epoch, i = divmod(s, steps_per_epoch)
-        idx = np.random.default_rng([order_seed, epoch]).permutation(n)[i * b:(i + 1) * b]
+    def batch_of(images, positions, labels):  # what the method's step takes
         if spec.method in ("instdisc", "memory-bank"):
-            return images[idx], idx.astype(np.int32)
+            return images, positions.astype(np.int32)
         if spec.method == "supervised":
-            return images[idx], labels[idx]
-        return images[idx]
+            return images, labels
+        return images
+
+    if cfg.loader == "grain":  # this process's rows only, read ahead by grain
+        dataset = image_batches(data, batch_size=b, seed=order_seed,
+                                num_steps=stage.num_steps,
+                                with_labels=spec.method == "supervised")
+        batches = StepReader(dataset, convert=lambda e: batch_of(
+            e["image"], e["index"], e.get("label")))
+        stage = dataclasses.replace(stage, global_batches=False)
+    else:
+        def batches(s):  # the whole global batch, the same on every process
+            idx = batch_indices(order_seed, s, n, b)
+            return batch_of(images[idx], idx, labels[idx])
 
     _, figures = stage.run(ctx, state, step, batches)
     if figures.final_loss is not None and not figures.finite:

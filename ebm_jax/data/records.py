@@ -1,0 +1,332 @@
+"""The project's datasets as tensorflow-datasets ArrayRecord datasets, with no
+TensorFlow: the scalable data path (extra `data`: `pip install -e '.[data]'`).
+
+    path = write_image_records(image_data, "data/digits16")     # or toy1d / detection /
+    records = open_records(path)                                  # tracking
+    records.source("train")[3]  -> {"image": uint8 (H, W, C), "label": int64, ...}
+
+Each writer takes what the in-memory path already has (arrays, a `DetectionSet`'s
+files, tracking `Sequence`s), and writes one tfds dataset directory
+`<out>/<builder name>/1.0.0/` (`dataset_info.json`, `features.json`, one ArrayRecord
+file per split) through tfds' builder, which writes into a temporary directory and
+renames it when complete: a failed write leaves no half-written dataset. Examples keep
+their order (no shuffling at write time), so record i of a split is example i of the
+in-memory data. Every feature is a plain `tfds.features.Tensor` (images as uint8), which
+tfds encodes without TensorFlow. `open_records` reads any of them back from its
+directory alone (`tfds.builder_from_directory`): a random-access source per split that
+`grain` reads (`ebm_jax.data.pipeline`), and the metadata the writer stored.
+
+Kinds and features:
+
+- "toy1d" (seed 000, sec. 4.1): split "train", {x, y: float32 (1,)}.
+- "images" (the contrastive benchmark, seed 002): splits "train", "test",
+  {image: uint8 (H, W, C) = round(255 x), label: int64}.
+- "detection" (seed 000, sec. 4.2): split "train" (every image of the set, in order;
+  the recipe draws its splits), {image: uint8 (H, W, 3), image_id: int64,
+  boxes / noisy_boxes: float32 (N, 4) x, y, w, h in the image's pixels,
+  category: int64 (N,)}.
+- "tracking" (seed 003): split "train", one example per frame, sequences one after
+  another, {frame: uint8 (H, W, 3), sequence: int64 (index into metadata "sequences"),
+  frame_index: int64, box: float32 (4,) (NaN where none), absent: bool, point /
+  noisy_point: float32 (2,) (NaN where none)}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+KINDS = ("toy1d", "images", "detection", "tracking")
+VERSION = "1.0.0"
+
+
+class RecordsError(ValueError):
+    """A records directory that is missing, not a dataset of this project, or of
+    another kind than the caller needs."""
+
+
+def _tfds():
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as error:  # pragma: no cover - the extra is installed in tests
+        raise ImportError("the ArrayRecord data path needs the `data` extra: "
+                          "pip install -e '.[data]' (tensorflow-datasets, grain, "
+                          "array-record)") from error
+    return tfds
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _builder_class(kind: str):
+    """The tfds builder of one kind, defined on first use (tfds registers builder
+    classes by name when they are defined, and its import is slow)."""
+    if kind in _BUILDERS:
+        return _BUILDERS[kind]
+    tfds = _tfds()
+
+    class _Records(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+        VERSION = tfds.core.Version(VERSION)
+
+        def __init__(self, *, data_dir, features: Mapping[str, tuple], splits:
+                     Mapping[str, Callable[[], Iterator[dict]]], metadata: Mapping):
+            self._features, self._splits, self._meta = dict(features), dict(splits), metadata
+            super().__init__(data_dir=data_dir, file_format="array_record")
+
+        def _info(self):
+            # frames of varying size (two unknown dimensions) are stored as raw bytes
+            spec = {k: tfds.features.Tensor(
+                        shape=shape, dtype=dtype,
+                        encoding="bytes" if sum(d is None for d in shape) > 1 else "none")
+                    for k, (shape, dtype) in self._features.items()}
+            return tfds.core.DatasetInfo(
+                builder=self, description=f"ebm_jax {kind} records ({self._meta})",
+                features=tfds.features.FeaturesDict(spec),
+                metadata=tfds.core.MetadataDict(self._meta), disable_shuffling=True)
+
+        def _split_generators(self, dl_manager):
+            return {name: self._generate_examples(name) for name in self._splits}
+
+        def _generate_examples(self, split):
+            for i, example in enumerate(self._splits[split]()):
+                yield i, example
+
+    _Records.__name__ = f"ebm_jax_{kind}_records"
+    _Records.name = f"ebm_jax_{kind}_records"
+    _BUILDERS[kind] = _Records
+    return _Records
+
+
+_BUILDERS: dict[str, type] = {}
+
+
+def _write(kind: str, out, features, splits, metadata: dict) -> Path:
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise RecordsError(f"out: {out} exists and is not a directory")
+    meta = {"kind": kind, **metadata}
+    json.dumps(meta)  # metadata must be JSON (tfds stores it as metadata.json)
+    builder = _builder_class(kind)(data_dir=str(out), features=features, splits=splits,
+                                   metadata=meta)
+    path = Path(builder.data_dir)
+    if (path / "dataset_info.json").is_file():
+        raise RecordsError(f"out: {path} already holds a dataset; give another --out "
+                           "or delete it")
+    builder.download_and_prepare()
+    return path
+
+
+def _to_uint8(images: np.ndarray, name: str) -> np.ndarray:
+    a = np.asarray(images)
+    if a.dtype == np.uint8:
+        return a
+    if not np.issubdtype(a.dtype, np.floating) or a.size and (
+            not np.isfinite(a).all() or a.min() < 0.0 or a.max() > 1.0):
+        raise ValueError(f"{name} must be uint8, or floating point in [0, 1]")
+    return np.round(a * 255.0).astype(np.uint8)
+
+
+def write_toy1d_records(x, y, out, *, metadata: Mapping | None = None) -> Path:
+    """The pairs (x_i, y_i) of a 1D regression set (seed 000, sec. 4.1) as split
+    "train"; `metadata` (e.g. the dataset number and seed) is stored beside them."""
+    x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+    if x.shape != y.shape or x.ndim not in (1, 2) or x.shape[1:] not in ((), (1,)) \
+            or not len(x):
+        raise ValueError(f"x and y must have one shape, (N,) or (N, 1) with N >= 1, got "
+                         f"shapes {x.shape} and {y.shape}")
+    x, y = x.reshape(-1, 1), y.reshape(-1, 1)
+
+    def rows():
+        for xi, yi in zip(x, y):
+            yield {"x": xi, "y": yi}
+
+    return _write("toy1d", out, {"x": ((1,), np.float32), "y": ((1,), np.float32)},
+                  {"train": rows}, {"num": len(x), **dict(metadata or {})})
+
+
+def write_image_records(data, out) -> Path:
+    """An `ImageData` (the contrastive benchmark: train and test splits) with its images
+    stored as uint8, round(255 x): the images read back are those, / 255."""
+    splits, shape = {}, tuple(int(v) for v in data.image_shape)
+    for split in ("train", "test"):
+        images = _to_uint8(getattr(data, f"{split}_images"), f"{data.name} {split}_images")
+        labels = np.asarray(getattr(data, f"{split}_labels"), np.int64)
+
+        def rows(images=images, labels=labels):
+            for image, label in zip(images, labels):
+                yield {"image": image, "label": label}
+
+        splits[split] = rows
+    meta = {"name": data.name, "num_classes": int(data.num_classes),
+            "class_names": list(data.class_names), "image_shape": list(shape)}
+    return _write("images", out, {"image": (shape, np.uint8), "label": ((), np.int64)},
+                  splits, meta)
+
+
+def write_detection_records(annotations, image_dir, out, *,
+                            noisy_annotations=None) -> Path:
+    """A COCO-format detection set (e.g. `data.detection.generate_dataset`'s): every
+    image in the annotation file's order with its boxes (and, with `noisy_annotations`,
+    the noisy training boxes of the same annotations)."""
+    from PIL import Image
+
+    coco = json.loads(Path(annotations).read_text())
+    noisy = json.loads(Path(noisy_annotations).read_text()) if noisy_annotations else None
+    by_image: dict[int, list] = {im["id"]: [] for im in coco["images"]}
+    for ann in coco["annotations"]:
+        by_image[ann["image_id"]].append(ann)
+    noisy_box = {a["id"]: a["bbox"] for a in noisy["annotations"]} if noisy else {}
+
+    def rows():
+        for im in coco["images"]:
+            path = Path(image_dir) / im["file_name"]
+            with Image.open(path) as f:
+                pixels = np.asarray(f.convert("RGB"))
+            anns = by_image[im["id"]]
+            boxes = np.asarray([a["bbox"] for a in anns], np.float32).reshape(-1, 4)
+            nb = np.asarray([noisy_box.get(a["id"], a["bbox"]) for a in anns],
+                            np.float32).reshape(-1, 4)
+            yield {"image": pixels, "image_id": np.int64(im["id"]), "boxes": boxes,
+                   "noisy_boxes": nb,
+                   "category": np.asarray([a["category_id"] for a in anns], np.int64)}
+
+    features = {"image": ((None, None, 3), np.uint8), "image_id": ((), np.int64),
+                "boxes": ((None, 4), np.float32), "noisy_boxes": ((None, 4), np.float32),
+                "category": ((None,), np.int64)}
+    meta = {"categories": coco["categories"], "num_images": len(coco["images"]),
+            "file_names": [im["file_name"] for im in coco["images"]]}
+    return _write("detection", out, features, {"train": rows}, meta)
+
+
+def write_tracking_records(sequences, out) -> Path:
+    """Tracking `Sequence`s (`data.sequences.read_got10k` / `read_otb`, e.g. of the
+    generated benchmark): one example per frame, each sequence's frames in order."""
+    sequences = list(sequences)
+    if not sequences:
+        raise ValueError("sequences is empty")
+
+    def nan_or(a, n, width):
+        return (np.full((n, width), np.nan, np.float32) if a is None
+                else np.asarray(a, np.float32))
+
+    def rows():
+        for s, seq in enumerate(sequences):
+            n = len(seq)
+            boxes, points = seq.boxes.astype(np.float32), nan_or(seq.points, n, 2)
+            noisy = nan_or(seq.noisy_points, n, 2)
+            for i in range(n):
+                yield {"frame": seq.read_frame(i), "sequence": np.int64(s),
+                       "frame_index": np.int64(i), "box": boxes[i],
+                       "absent": np.bool_(seq.absent[i]), "point": points[i],
+                       "noisy_point": noisy[i]}
+
+    features = {"frame": ((None, None, 3), np.uint8), "sequence": ((), np.int64),
+                "frame_index": ((), np.int64), "box": ((4,), np.float32),
+                "absent": ((), np.bool_), "point": ((2,), np.float32),
+                "noisy_point": ((2,), np.float32)}
+    meta = {"sequences": [s.name for s in sequences],
+            "lengths": [len(s) for s in sequences],
+            "image_sizes": [list(s.image_size) for s in sequences]}
+    return _write("tracking", out, features, {"train": rows}, meta)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def find_dataset_dir(path) -> Path:
+    """The tfds dataset directory (the one holding `dataset_info.json`) at `path`, or
+    the only one below it (`<out>/<name>/<version>`): what a writer's `out` holds."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise RecordsError(f"{path}: no such records directory")
+    if (path / "dataset_info.json").is_file():
+        return path
+    found = sorted(p.parent for p in path.glob("*/*/dataset_info.json"))
+    if len(found) != 1:
+        what = "no dataset" if not found else f"{len(found)} datasets"
+        raise RecordsError(f"{path}: {what} (a directory written by ebm_jax's records "
+                           "writers, holding dataset_info.json, or its parent)")
+    return found[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Records:
+    """An opened records dataset: its kind, metadata and per-split sizes; `source(split)`
+    is a random-access source (len, [i], __getitems__) of numpy examples."""
+
+    path: Path
+    kind: str
+    metadata: dict
+    splits: dict[str, int]
+    builder: object = dataclasses.field(repr=False, compare=False)
+
+    def source(self, split: str = "train"):
+        if split not in self.splits:
+            raise RecordsError(f"{self.path}: no split {split!r} (has "
+                               f"{', '.join(self.splits)})")
+        return self.builder.as_data_source(split=split)
+
+    def read_all(self, split: str = "train", fields=None) -> dict[str, np.ndarray]:
+        """Every example of a split, each field stacked (fixed-shape fields only)."""
+        from ebm_jax.data.pipeline import read_rows
+
+        return read_rows(self.source(split), np.arange(self.splits[split]), fields)
+
+
+def open_records(path, kind: str | None = None) -> Records:
+    """Opens a dataset written by this module (from its directory alone); `kind`
+    checks what it holds."""
+    tfds = _tfds()
+    where = find_dataset_dir(path)
+    builder = tfds.builder_from_directory(str(where))
+    meta = dict(builder.info.metadata or {})
+    if meta.get("kind") not in KINDS:
+        raise RecordsError(f"{where}: not an ebm_jax records dataset (metadata kind "
+                           f"{meta.get('kind')!r})")
+    if kind is not None and meta["kind"] != kind:
+        raise RecordsError(f"{where} holds {meta['kind']} records, not {kind}")
+    splits = {name: int(s.num_examples) for name, s in builder.info.splits.items()}
+    return Records(where, meta["kind"], meta, splits, builder)
+
+
+def image_data_from_records(path, *, size: int | None = None):
+    """The `ImageData` of an "images" records dataset (images / 255, float32), its size
+    checked against `size`; its `train_index` is the record index of each training
+    image, so that a grain pipeline reads the same images from the records."""
+    from ebm_jax.data import images as image_data
+
+    rec = open_records(path, "images")
+    parts = {s: rec.read_all(s) for s in ("train", "test")}
+    arrays = {f"{s}_images": parts[s]["image"].astype(np.float32) / 255.0
+              for s in parts}
+    stored = int(arrays["train_images"].shape[1])
+    if size is not None and size != stored:
+        raise RecordsError(f"{rec.path} holds {stored}x{stored} images: set image_size "
+                           f"to {stored} (got {size}); records are read as written")
+    return image_data.ImageData(
+        name=f"records:{rec.metadata.get('name', rec.path.name)}",
+        train_labels=parts["train"]["label"].astype(np.int32),
+        test_labels=parts["test"]["label"].astype(np.int32),
+        num_classes=int(rec.metadata["num_classes"]),
+        class_names=tuple(rec.metadata.get("class_names") or ()),
+        train_index=np.arange(rec.splits["train"]), records=str(rec.path), **arrays)
+
+
+__all__ = [
+    "KINDS",
+    "Records",
+    "RecordsError",
+    "find_dataset_dir",
+    "image_data_from_records",
+    "open_records",
+    "write_detection_records",
+    "write_image_records",
+    "write_toy1d_records",
+    "write_tracking_records",
+]
