@@ -5,6 +5,9 @@
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:paper --config.methods=nce,nce+
     ebm-jax plot-metrics runs/regression1d                         # loss curves to PNG
     ebm-jax compare results/a/results.json moco results/b/results.json instdisc
+    ebm-jax records images --data digits-on-photos --out data/dop16   # ArrayRecord
+    ebm-jax run experiments/contrastive/moco_linear_eval.py:quick \
+        --config.data=records --config.data_root=data/dop16 --config.loader=grain
 
 `--workdir` (default `runs/<recipe>`) holds the stages' checkpoints: rerunning the
 same command resumes them. `--out` (default `results/<config>/<variant>`) receives
@@ -80,7 +83,100 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("results_b", metavar="RESULTS_B")
     p.add_argument("run_b", metavar="RUN_B")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("records", help="write a dataset as ArrayRecord records (extra "
+                       "`data`)", description="Writes a dataset of the project as a "
+                       "tensorflow-datasets ArrayRecord dataset under --out (read back "
+                       "by grain; see ebm_jax.data.records), or describes one.")
+    kinds = p.add_subparsers(dest="kind", required=True)
+    k = kinds.add_parser("toy1d", help="a 1D regression set, as the 1D recipe draws it")
+    k.add_argument("--dataset", type=int, choices=(1, 2), required=True)
+    k.add_argument("--num", type=_positive_int("--num"), default=2000)
+    k.add_argument("--seed", type=int, default=0, help="the run seed of the recipe")
+    k = kinds.add_parser("images", help="an image set of the contrastive recipe")
+    k.add_argument("--data", required=True, help="embedded, digits, opencv-digits, "
+                   "digits-on-photos, cifar10 or folder")
+    k.add_argument("--image-size", type=_positive_int("--image-size"), default=16)
+    k.add_argument("--seed", type=int, default=0,
+                   help="the run seed whose train/test split the recipe would draw")
+    k.add_argument("--split", choices=("test", "val"), default="test")
+    k.add_argument("--data-root", default=None)
+    k = kinds.add_parser("detection", help="a COCO-format detection set, or a generated one")
+    k.add_argument("--annotations", default=None, help="COCO json (else --generate)")
+    k.add_argument("--noisy-annotations", default=None)
+    k.add_argument("--image-dir", default=None)
+    k.add_argument("--generate", type=_positive_int("--generate"), default=None,
+                   metavar="N", help="generate N images of the detection benchmark")
+    k.add_argument("--image-size", type=_positive_int("--image-size"), default=128)
+    k.add_argument("--seed", type=int, default=0)
+    k = kinds.add_parser("tracking", help="tracking sequences in the GOT-10k layout")
+    k.add_argument("--root", required=True, help="a GOT-10k root (e.g. the generated "
+                   "benchmark's split directory)")
+    for k in kinds.choices.values():
+        k.add_argument("--out", required=True, help="directory to write the dataset into")
+    k = kinds.add_parser("info", help="kind, splits and metadata of a records directory")
+    k.add_argument("path")
+    p.set_defaults(func=_records)
     return parser
+
+
+def _records(args, overrides) -> int:
+    import json
+
+    from ebm_jax.data import records as rec
+
+    if args.kind == "info":
+        r = rec.open_records(args.path)
+        meta = {k: v for k, v in r.metadata.items()
+                if not isinstance(v, list) or len(v) <= 12}
+        print(json.dumps({"path": str(r.path), "kind": r.kind, "splits": r.splits,
+                          "metadata": meta}, indent=1))
+        return 0
+    if args.kind == "toy1d":
+        import jax
+
+        from ebm_jax.data import toy1d
+        from ebm_jax.train.stages import RunContext
+
+        key = RunContext.key_of(args.seed, f"toy1d-d{args.dataset}", "data")
+        x, y = toy1d.sample(key, args.dataset, args.num)
+        path = rec.write_toy1d_records(jax.device_get(x), jax.device_get(y), args.out,
+                                       metadata={"dataset": args.dataset, "seed": args.seed})
+    elif args.kind == "images":
+        from ebm_jax.data import images as image_data
+        from ebm_jax.train.stages import stable_hash
+
+        data = image_data.load_image_data(
+            args.data, args.image_size, data_root=args.data_root,
+            seed=stable_hash(f"{args.seed}/data/split"), split=args.split)
+        path = rec.write_image_records(data, args.out)
+    elif args.kind == "detection":
+        if (args.generate is None) == (args.annotations is None):
+            raise ValueError("give either --annotations (with --image-dir) or --generate N")
+        if args.generate is not None:
+            import tempfile
+
+            from ebm_jax.data.detection import generate_dataset
+
+            with tempfile.TemporaryDirectory() as tmp:
+                d = generate_dataset(tmp, num_images=args.generate,
+                                     image_size=args.image_size, seed=args.seed)
+                path = rec.write_detection_records(
+                    d.annotations, d.image_dir, args.out,
+                    noisy_annotations=d.noisy_annotations)
+        else:
+            if args.image_dir is None:
+                raise ValueError("--annotations needs --image-dir")
+            path = rec.write_detection_records(args.annotations, args.image_dir, args.out,
+                                               noisy_annotations=args.noisy_annotations)
+    else:
+        from ebm_jax.data.sequences import read_got10k
+
+        path = rec.write_tracking_records(read_got10k(args.root), args.out)
+    r = rec.open_records(path)
+    print(f"wrote {r.kind} records to {path}: " + ", ".join(
+        f"{split} {n}" for split, n in r.splits.items()))
+    return 0
 
 
 def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -88,3 +88,34 @@ def test_ctrl_c_prints_one_line(capsys, tmp_path, monkeypatch):
     assert err == ("ebm-jax: stopped in stage toy; rerun the same command to resume "
                    "from step 10")
     assert not (tmp_path / "o").exists()  # no half-written results
+
+
+def test_records_writes_what_the_recipes_draw(capsys, tmp_path):
+    """`ebm-jax records`: the 1D pairs of the 1D recipe's seed, an image set's split of
+    the contrastive recipe's seed; `info` reads them back; bad paths are one line."""
+    pytest.importorskip("tensorflow_datasets")
+    import numpy as np
+
+    from ebm_jax.data import images as image_data
+    from ebm_jax.data import records, toy1d
+    from ebm_jax.train.stages import RunContext, stable_hash
+
+    assert cli.main(["records", "toy1d", "--dataset", "2", "--num", "40", "--seed", "3",
+                     "--out", str(tmp_path / "t")]) == 0
+    x, _ = toy1d.sample(RunContext.key_of(3, "toy1d-d2", "data"), 2, 40)
+    np.testing.assert_array_equal(records.open_records(tmp_path / "t").read_all()["x"],
+                                  np.asarray(x))
+    assert cli.main(["records", "images", "--data", "digits", "--image-size", "8",
+                     "--seed", "1", "--out", str(tmp_path / "i")]) == 0
+    want = image_data.load_image_data("digits", 8, seed=stable_hash("1/data/split"))
+    np.testing.assert_array_equal(records.open_records(tmp_path / "i").read_all()["label"],
+                                  want.train_labels)
+    capsys.readouterr()
+    assert cli.main(["records", "info", str(tmp_path / "i")]) == 0
+    assert '"kind": "images"' in capsys.readouterr().out
+    assert cli.main(["records", "info", str(tmp_path / "none")]) == 2
+    assert cli.main(["records", "detection", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"ebm-jax records: error: {tmp_path / 'none'}: no such records "
+                   "directory", "ebm-jax records: error: give either --annotations (with "
+                   "--image-dir) or --generate N"]

@@ -178,7 +178,12 @@ class RunContext:
     # -- keys
     def key(self, stage: str, purpose: str) -> jax.Array:
         """The key of `purpose` (e.g. "init", "train", "data") in stage `stage`."""
-        root = jax.random.key(int(self.seed))
+        return self.key_of(self.seed, stage, purpose)
+
+    @staticmethod
+    def key_of(seed: int, stage: str, purpose: str) -> jax.Array:
+        """`key(stage, purpose)` of a run with seed `seed`, without a context."""
+        root = jax.random.key(int(seed))
         return jax.random.fold_in(jax.random.fold_in(root, stable_hash(stage)),
                                   stable_hash(purpose))
 
