@@ -1,0 +1,106 @@
+"""The ArrayRecord data path against the in-memory one: writing an image set as records,
+and reading training batches (the contrastive recipe's batches) from the records through
+grain against indexing the arrays in memory.
+
+    python benchmarks/data_pipeline.py --out results/bench          # digits on photos, 16 px
+    python benchmarks/data_pipeline.py --data cifar10 --data-root DIR --image-size 32
+
+The two readers run interleaved (A B A B ...) over `--rounds` rounds of `--steps`
+batches each; the table gives the median with min and max of batches per second, wall
+and process CPU time. Writes <out>/data_pipeline.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ebm_jax.data import images as image_data
+from ebm_jax.data.pipeline import HostShard, StepReader, batch_indices, image_batches
+from ebm_jax.data.records import write_image_records
+from ebm_jax.io import write_report
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--data", default="digits-on-photos")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--image-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--out", default="results/bench")
+    args = p.parse_args(argv)
+
+    data = image_data.load_image_data(args.data, args.image_size, data_root=args.data_root)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0, c0 = time.perf_counter(), time.process_time()
+        path = write_image_records(data, Path(tmp) / "records")
+        write_s, write_cpu = time.perf_counter() - t0, time.process_time() - c0
+        size = _dir_bytes(path)
+        records = image_data.load_image_data("records", args.image_size, data_root=path)
+        n, b = len(records.train_images), args.batch_size
+        num_steps = args.steps * args.rounds * 2
+        grain_reader = StepReader(image_batches(records, batch_size=b, seed=0,
+                                                num_steps=num_steps, shard=HostShard()))
+        images = records.train_images
+
+        def memory_reader(s):  # what the recipe's loader="memory" does
+            return images[batch_indices(0, s, n, b)]
+
+        readers = {"memory": memory_reader, "grain": grain_reader}
+        times = {k: {"wall": [], "cpu": []} for k in readers}
+        step = {k: 0 for k in readers}
+        for name in readers:  # warm-up: first iterator, first permutation
+            readers[name](step[name])
+            step[name] += 1
+        for _ in range(args.rounds):
+            for name, read in readers.items():
+                t0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(args.steps):
+                    read(step[name])
+                    step[name] += 1
+                times[name]["wall"].append(args.steps / (time.perf_counter() - t0))
+                times[name]["cpu"].append(time.process_time() - c0)
+
+    rows = []
+    for name, t in times.items():
+        rows.append({"reader": name, "batches_per_second": statistics.median(t["wall"]),
+                     "min": min(t["wall"]), "max": max(t["wall"]),
+                     "images_per_second": statistics.median(t["wall"]) * b,
+                     "cpu_seconds_per_100_batches": statistics.median(t["cpu"]) * 100
+                     / args.steps})
+    payload = {"data": args.data, "image_size": args.image_size, "batch_size": b,
+               "num_train": n, "num_test": len(records.test_images),
+               "write_seconds": write_s, "write_cpu_seconds": write_cpu,
+               "records_bytes": size, "rounds": args.rounds, "steps": args.steps,
+               "load_average": os.getloadavg(), "machine": platform.platform(),
+               "cpus": os.cpu_count(), "rows": rows}
+    md = [f"Records of {args.data} at {args.image_size} px ({n} train + "
+          f"{len(records.test_images)} test images): written in {write_s:.1f} s, "
+          f"{size / 1e6:.1f} MB. Batches of {b} (median of {args.rounds} interleaved "
+          f"rounds of {args.steps}; load average {os.getloadavg()[0]:.1f}):", "",
+          "| reader | batches/s (min-max) | images/s | CPU s / 100 batches |",
+          "|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['reader']} | {r['batches_per_second']:.0f} ({r['min']:.0f}-"
+                  f"{r['max']:.0f}) | {r['images_per_second']:.0f} | "
+                  f"{r['cpu_seconds_per_100_batches']:.3f} |")
+    print("\n".join(md))
+    write_report(Path(args.out), "data_pipeline", payload, "\n".join(md) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
