@@ -17,10 +17,13 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ebm_jax import checks
 
-_GRAY = jnp.array([0.299, 0.587, 0.114])
+# NumPy, not jnp: a jnp constant at import would start JAX's backend before
+# jax.distributed.initialize() can run (multi-host)
+_GRAY = np.array([0.299, 0.587, 0.114], np.float32)
 
 
 def _check_image(image: jax.Array) -> jax.Array:
