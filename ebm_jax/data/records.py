@@ -119,6 +119,11 @@ def _write(kind: str, out, features, splits, metadata: dict) -> Path:
         raise RecordsError(f"out: {path} already holds a dataset; give another --out "
                            "or delete it")
     builder.download_and_prepare()
+    downloads = out / "downloads"  # tfds' download cache: nothing is downloaded
+    if downloads.is_dir() and not any(f.is_file() for f in downloads.rglob("*")):
+        import shutil
+
+        shutil.rmtree(downloads)
     return path
 
 

@@ -40,6 +40,7 @@ def test_toy1d_round_trip(tmp_path):
     r = rec.open_records(tmp_path / "t", "toy1d")  # the parent of the dataset dir works
     assert r.path == path and r.splits == {"train": 300}
     assert r.metadata["dataset"] == 2 and r.metadata["num"] == 300
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["ebm_jax_toy1d_records"]
     back = r.read_all()
     assert back["x"].shape == (300, 1)
     np.testing.assert_array_equal(back["x"], np.asarray(x, np.float32))
