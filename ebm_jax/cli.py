@@ -200,6 +200,12 @@ def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _run(args, overrides) -> int:
+    import os
+
+    if not os.environ.get("MPLBACKEND"):  # figures go to files: no window, no display
+        import matplotlib
+
+        matplotlib.use("Agg")
     from ebm_jax.config import load_config, split_spec
     from ebm_jax.recipes import run_experiment
 

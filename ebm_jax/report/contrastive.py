@@ -165,9 +165,6 @@ def embedding_figure(features: Mapping[str, np.ndarray], labels: np.ndarray, *,
                      method: str = "tsne", seed: int = 0):
     """One panel per encoder: a 2-D t-SNE (scikit-learn, on the first 50 principal
     components) or PCA of its test features, coloured by class. Returns the Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if method not in ("tsne", "pca"):

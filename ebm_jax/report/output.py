@@ -57,9 +57,6 @@ def check_out(out) -> epath.Path:
 def write_results(out, report: Report, meta: dict, log=print) -> epath.Path:
     """Writes `report` as `<out>/results.{json,md}` and its PNG figures. An earlier
     run's results in `out` are replaced whole (and the log says so)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out = epath.Path(out)

@@ -70,9 +70,6 @@ def figure2_markdown(records: Sequence[dict]) -> str:
 
 def plot_kl_against_m(records: Sequence[dict]):
     """Figure 2: D_KL (top-k mean, datasets averaged) against M, log-log."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods, ms, table = _sweep_values(records)
@@ -94,9 +91,6 @@ def plot_densities(dataset: int, p_true: np.ndarray,
                    panels: Sequence[tuple[str, np.ndarray]]):
     """The ground truth p(y|x) and one learned density per method (each (grid, grid),
     rows over x normalised over y), on one colour scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     panels = [("ground truth", p_true), *panels]

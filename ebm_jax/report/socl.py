@@ -100,9 +100,6 @@ def fees(cfg, training: Mapping[str, list[dict]], tops: Mapping[str, Mapping],
 
 
 def _bar_figure(labels, rows, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(labels)), 3.4), dpi=120)
@@ -121,9 +118,6 @@ def _bar_figure(labels, rows, title):
 def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
                   hline: str | None = None):
     """AUC (mean +- sd over seeds) against the swept value of each group of arms."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), dpi=120,
@@ -148,9 +142,6 @@ def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
 
 def recall_figure(curves: Mapping[str, np.ndarray], ks: np.ndarray):
     """Target recall at IoU 0.5 against the number of kept proposals (paper Fig. 4)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.2, 3.4), dpi=120)
@@ -269,9 +260,6 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
 
 def _budget_figure(groups, rows, title):
     """AUC against annotation hours, Box-Siam and SoCL-Siam (paper Fig. 9)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from matplotlib.ticker import NullFormatter

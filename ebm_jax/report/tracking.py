@@ -66,9 +66,6 @@ def report_markdown(summary: Mapping, *, title: str, seeds: Sequence[int],
 
 def _curves_figure(rows: Mapping[str, list[dict]], set_name: str, key: str, x, xlabel,
                    ylabel, label_value):
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(4.5, 3.6), dpi=120)
@@ -107,9 +104,6 @@ def precision_figure(rows, set_name: str):
 def strip_figure(sequences, preds: Mapping[str, Mapping[str, list]], num_frames: int):
     """A row of `num_frames` evenly spaced frames per sequence with the true box (green)
     and each tracker's box."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 

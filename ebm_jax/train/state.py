@@ -69,7 +69,8 @@ def init_train_state(params, rest, optimizer: optax.GradientTransformation,
         rest=rest,
         opt_state=optimizer.init(params),
         step=jnp.zeros((), jnp.int32),
-        key=jax.random.key_data(key),
+        # a copy: the step donates the state, which must not free the caller's key
+        key=jnp.array(jax.random.key_data(key), copy=True),
     )
 
 

@@ -129,3 +129,20 @@ def test_ensemble_bytes_grows_with_every_size():
     assert ensemble_bytes(10, 32, 256, 2000) > 1.9 * base
     assert ensemble_bytes(5, 32, 1024, 2000) > 3.9 * base
     assert ensemble_bytes(5, 32, 10**9, 2000) > 10**13  # refused by fits_in_memory
+
+
+def test_the_state_does_not_alias_the_callers_key():
+    """The step donates the state: a key the caller still holds (here the same key as
+    train and batch key) must survive the first epoch."""
+    x, y = toy1d.sample(jax.random.key(0), 1, 64)
+    loss = make_loss("nce", sigmas=(0.1, 0.8), num_samples=4)
+    key = jax.random.key(5)
+    setup = ensemble_training(x, y, loss, num_models=1, init_key=key, train_key=key,
+                              batch_key=key)
+    state = replicate(setup.state, setup.step_fn.mesh)
+    for epoch in range(2):
+        batch = shard_batch(setup.batches(epoch * setup.steps_per_epoch),
+                            setup.step_fn.mesh, stacked=True)
+        state, _ = setup.step_fn(state, batch)
+        jax.block_until_ready(state)
+    assert not jax.random.key_data(key).is_deleted()
