@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow_datasets")
@@ -114,3 +115,42 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
                    capture_output=True)
     assert _losses(tmp_path / "w2") == before
     assert _rows(tmp_path / "o3") == _rows(tmp_path / "o2")
+
+
+@pytest.mark.slow  # about 1 min of CPU: `make test-slow`
+def test_regression1d_two_processes_equal_one_process_with_two_devices(tmp_path):
+    """The 1D ensembles: each process builds only its rows of every batch."""
+    config = f"{ROOT / 'experiments' / 'ebm_regression' / 'table1_toy1d.py'}:tiny"
+    args = [sys.executable, "-m", "ebm_jax.cli", "run", config, "--no-progress",
+            "--config.methods=nce,ml-mcmc-1"]
+    port = _free_port()
+    procs = [subprocess.Popen(
+        [*args, "--distributed", "--workdir", str(tmp_path / "w2"), "--out",
+         str(tmp_path / "o2")],
+        env=_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
+                 JAX_PROCESS_ID=str(i)),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    try:
+        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for i, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"process {i}:\n{log[-3000:]}"
+    subprocess.run([*args, "--devices", "2", "--workdir", str(tmp_path / "w1"), "--out",
+                    str(tmp_path / "o1")], env=_env(JAX_NUM_CPU_DEVICES="2"),
+                   cwd=tmp_path, check=True, timeout=TIMEOUT_S, capture_output=True)
+    two, one = _losses(tmp_path / "w2"), _losses(tmp_path / "w1")
+    assert len(two) == 4 and two.keys() == one.keys()  # 2 methods x 2 datasets
+    for stage in two:
+        np.testing.assert_allclose(two[stage], one[stage], rtol=1e-6)
+
+    def kl(out):
+        rows = json.loads((out / "results.json").read_text())["tables"]["table1"]
+        return {(r["method"], r["dataset"]): r["kl_all"] for r in rows}
+
+    a, b = kl(tmp_path / "o2"), kl(tmp_path / "o1")
+    assert a.keys() == b.keys() and len(a) == 4
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-5, err_msg=str(k))

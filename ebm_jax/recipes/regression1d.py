@@ -216,7 +216,8 @@ def plan(cfg: Config) -> list[Job]:
                             "learning_rate": cfg.learning_rate,
                             "num_train": cfg.num_train, "seed": cfg.seed}
                 stage = TrainStage(name, identity, num_steps=cfg.epochs * steps,
-                                   log_every=steps, save_every=cfg.save_every_epochs * steps)
+                                   log_every=steps, save_every=cfg.save_every_epochs * steps,
+                                   global_batches=False)  # each process: its rows
                 jobs.append(Job(method, d, loss, hp, n, stage))
     return jobs
 

@@ -32,6 +32,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ebm_jax.data.pipeline import HostShard
 from ebm_jax import checks
 from ebm_jax.energy import batch_loss
 from ebm_jax.models import ToyEnergyMLP
@@ -100,11 +101,14 @@ def _epoch_order(key, epoch, n: int, num_models: int, pad: int):
     return jnp.concatenate([perms, perms[:, :pad]], axis=1)
 
 
-def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int):
+def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int,
+                       shard: HostShard | None = None):
     """(`batches(step)` for `fit`, steps per epoch). `batches(step)` is the whole epoch
     that starts at `step` (a multiple of the steps per epoch), stacked as (steps, B, N,
     ...). Model j visits the data in the order `permutation(fold_in(fold_in(key,
-    epoch), j))`; the last batch is padded with rows of weight 0."""
+    epoch), j))`; the last batch is padded with rows of weight 0. With `shard` (process
+    p of P), only that process's rows [p B/P, (p+1) B/P) of every batch are built."""
+    rows = (shard or HostShard()).rows(batch_size)
     x, y = np.asarray(x), np.asarray(y)
     n = x.shape[0]
     steps = math.ceil(n / batch_size)
@@ -117,8 +121,8 @@ def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int):
             raise ValueError(f"step must start an epoch (multiple of {steps}), got {step}")
         order = _epoch_order(key, step // steps, n, num_models, pad)
         idx = np.asarray(order).reshape(num_models, steps, batch_size)
-        idx = idx.transpose(1, 2, 0)  # (steps, B, N)
-        return x[idx], y[idx], np.ascontiguousarray(w)
+        idx = idx.transpose(1, 2, 0)[:, rows]  # (steps, B / P, N)
+        return x[idx], y[idx], np.ascontiguousarray(w[:, rows])
 
     return batches, steps
 
@@ -180,7 +184,9 @@ def ensemble_training(
     single, _, rest = nnx.split(make_model(rngs=nnx.Rngs(0)), nnx.Param, ...)
     optimizer = optax.adam(learning_rate)
     state = init_train_state(params, rest, optimizer, train_key)
-    batches, steps = make_epoch_batches(x, y, batch_key, num_models, batch_size)
+    # each process builds only its rows of every batch (the stage's global_batches=False)
+    batches, steps = make_epoch_batches(x, y, batch_key, num_models, batch_size,
+                                        shard=HostShard.of_jax_process())
     mesh = make_mesh(1) if mesh is None else mesh
     step_fn = make_train_step(single, make_ensemble_loss(graphdef, loss), optimizer, mesh,
                               steps_per_call=steps, stacked=True)

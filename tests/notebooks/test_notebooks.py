@@ -25,6 +25,30 @@ ENV = {"EBM_JAX_NOTEBOOK_SIZE": "tiny", "MPLBACKEND": "Agg",
 # What each notebook must have computed: expressions evaluated in its kernel after the
 # last cell, each of which must be True.
 CHECKS = {
+    "ebm_regression_1d": [
+        "set(loss_values) == {'ml-is', 'kld-is', 'ml-mcmc-16', 'nce', 'sm', 'dsm', 'nce+'}"
+        " and all(math.isfinite(v) for v in loss_values.values())",
+        "len(grad_norms) == 7 and all(math.isfinite(g) and g > 0"
+        " for g in grad_norms.values())",
+        "set(kl) == {(m, d) for m in ('ml-is', 'nce+') for d in (1, 2)}"
+        " and all(0 < v < 10 for v in kl.values())",
+        "all(len(v) == NUM_MODELS for v in kl_all.values()) and all(len(h) == EPOCHS"
+        " and all(math.isfinite(x) for x in h) for h in history.values())",
+        "len(densities) == 4 and all(p.shape == (PLOT_GRID, PLOT_GRID)"
+        " and np.allclose(p.sum(axis=1), 1, atol=1e-3) for p in densities.values())",
+    ],
+    "jitted_losses": [
+        "set(timings) == {(n, m, k) for n in LOSSES for m in M_LIST for k in K_LIST}"
+        " and all(t['compile'] > 0 and t['steady'] > 0 for t in timings.values())",
+        "set(values) == set(timings) and all(math.isfinite(v) for v in values.values())",
+        "abs(float(one) - float(direct)) < 1e-5 and abs(float(batch_value)"
+        " - float(per_example.mean())) < 1e-5 and per_example.shape == (BATCH,)"
+        " and math.isfinite(grad_norm) and grad_norm > 0",
+        "sm_error < 1e-5 and abs(float(trace) + float(jnp.trace(A))) < 1e-4",
+        "abs(math.log(sweep_argmin['sm'] * var)) < 0.06 and abs(math.log("
+        "sweep_argmin['nce+'] / expected['nce+'])) < 0.2"
+        " and sweep_argmin['dsm'] < 0.3 * sweep_argmin['sm']",
+    ],
     "socl_top_maps": [
         "len(losses) == 3 and all(math.isfinite(v) for v in losses)",
         "int(metrics['num_negatives']) == 8 * 2 - 2",
