@@ -49,6 +49,14 @@ CHECKS = {
         "sweep_argmin['nce+'] / expected['nce+'])) < 0.2"
         " and sweep_argmin['dsm'] < 0.3 * sweep_argmin['sm']",
     ],
+    "moco": [
+        "len(losses) == num_steps == 8 and all(math.isfinite(v) for v in losses)",
+        "abs(by_hand - losses[0]) < 1e-3",
+        "set(results) == {'MoCo', 'random', 'pixels'} and all(0.0 <= r[s] <= 1.0"
+        " for r in results.values() for s in ('knn', 'linear'))",
+        "embedding.shape == (100, 2) and bool(np.isfinite(embedding).all())",
+        "0.0 < lag < 0.5 and int(trained.pointer[...]) == (num_steps * BATCH) % QUEUE",
+    ],
     "socl_top_maps": [
         "len(losses) == 3 and all(math.isfinite(v) for v in losses)",
         "int(metrics['num_negatives']) == 8 * 2 - 2",
