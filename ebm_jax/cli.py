@@ -199,13 +199,19 @@ def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
-def _run(args, overrides) -> int:
+def _headless() -> None:
+    """Figures go to files: no window, no display (unless MPLBACKEND says otherwise).
+    The library's plotting leaves the backend alone, for notebooks."""
     import os
 
-    if not os.environ.get("MPLBACKEND"):  # figures go to files: no window, no display
+    if not os.environ.get("MPLBACKEND"):
         import matplotlib
 
         matplotlib.use("Agg")
+
+
+def _run(args, overrides) -> int:
+    _headless()
     from ebm_jax.config import load_config, split_spec
     from ebm_jax.recipes import run_experiment
 
@@ -241,6 +247,7 @@ def _list(args, overrides) -> int:
 
 
 def _plot_metrics(args, overrides) -> int:
+    _headless()
     from ebm_jax.train.records import plot_metrics
 
     print(plot_metrics(args.run_dir, args.out))

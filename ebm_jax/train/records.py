@@ -145,9 +145,6 @@ def read_metrics(stage_dir: str | os.PathLike) -> list[dict]:
 def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = None):
     """Draws every metric of every stage under `run_dir` (each a directory with a
     metrics.jsonl, or run_dir itself) against the step; writes one PNG and returns it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     from ebm_jax.io import atomic_savefig
