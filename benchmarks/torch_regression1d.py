@@ -28,16 +28,16 @@ STEPS_PER_EPOCH = math.ceil(N_TRAIN / BATCH)
 class Net(nn.Module):
     """f(x, y): the 591-parameter reference network; x is encoded once per example."""
 
-    def __init__(self, hidden=10):
+    def __init__(self, hidden=10, y_dim=1):
         super().__init__()
         self.x1, self.x2 = nn.Linear(1, hidden), nn.Linear(hidden, hidden)
-        self.y1 = nn.Linear(1, hidden)
+        self.y1 = nn.Linear(y_dim, hidden)
         self.joint = nn.Linear(2 * hidden, hidden)
         self.res1, self.res2 = nn.Linear(hidden, hidden), nn.Linear(hidden, hidden)
         self.out = nn.Linear(hidden, 1)
 
     def forward(self, x, y):
-        """x (n, 1), y (n, m, 1) -> f (n, m)."""
+        """x (n, 1), y (n, m, K) -> f (n, m)."""
         hx = torch.relu(self.x2(torch.relu(self.x1(x))))  # (n, H)
         hy = torch.tanh(self.y1(y))  # (n, m, H)
         w, b = self.joint.weight, self.joint.bias  # (H, 2H)
