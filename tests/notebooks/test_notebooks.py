@@ -25,6 +25,18 @@ ENV = {"EBM_JAX_NOTEBOOK_SIZE": "tiny", "MPLBACKEND": "Agg",
 # What each notebook must have computed: expressions evaluated in its kernel after the
 # last cell, each of which must be True.
 CHECKS = {
+    "detection_refinement": [
+        "set(ap_before) == set(ap_after) == {'AP', 'AP50', 'AP75'} and all(0.0 <= v <= 1.0"
+        " for d in (ap_detector, ap_before, ap_after) for v in d.values())",
+        "len(per_image) == NUM_TEST == 4 and all(p[k].ndim == 2 and p[k].shape[1] == 4"
+        " for p in per_image for k in ('gt', 'initial', 'nms', 'refined'))",
+        "sum(len(p['refined']) for p in per_image) == len(results['refined']) > 0"
+        " and all(np.all(p['refined'][:, 2:] > p['refined'][:, :2]) for p in per_image)",
+        "len(iou_before) == len(iou_after) > 0"
+        " and bool(np.all((iou_after >= 0) & (iou_after <= 1)))",
+        "head_figures.steps == 2 and len(head_losses) >= 1"
+        " and all(math.isfinite(v) for v in head_losses)",
+    ],
     "ebm_regression_1d": [
         "set(loss_values) == {'ml-is', 'kld-is', 'ml-mcmc-16', 'nce', 'sm', 'dsm', 'nce+'}"
         " and all(math.isfinite(v) for v in loss_values.values())",
