@@ -447,9 +447,9 @@ print("\nloss values at M = 1:", {name: round(values[name, M_LIST[0], K_LIST[0]]
 # dominated by fixed costs (dispatch, the work done once per example of the batch); the
 # slope approaches 1 once the M energy evaluations dominate. These are this machine's
 # figures only (printed at the top): on a shared CPU they move by tens of percent from
-# run to run, and a GPU changes their shape (flat until the device fills up). Whole
-# training epochs of every Table 1 method, against an eager PyTorch implementation, are
-# timed by `benchmarks/regression1d.py` (README, "Benchmarks").
+# run to run, and a GPU changes their shape (flat until the device fills up). The full
+# suite, `benchmarks/losses.py`, times every loss for M up to 4096 and K in {1, 4}
+# against the same losses in eager PyTorch (README, "Benchmarks").
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -494,5 +494,6 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #   `experiments/ebm_regression/table2_detection.py`); README, "Detection energy head"
 #   and "Detection box refinement (Table 2, Figures 3-5, Table 3)".
 # - README, "The library", lists every function of `ebm_jax.energy` with its equation;
-#   "Benchmarks" has `benchmarks/regression1d.py`, the per-epoch JAX vs PyTorch timings
-#   of every Table 1 method.
+#   "Benchmarks" has `benchmarks/losses.py` (this notebook's timing at full size,
+#   beside eager PyTorch) and `benchmarks/regression1d.py` (whole training epochs of
+#   every Table 1 method against PyTorch).
