@@ -4,7 +4,8 @@ written from the paper's equations (Gustafsson et al. 2020, eqs. 5, 7, 9-10, 12-
 Standalone on purpose (imports only torch and numpy), so that it can run in a side
 environment whose Python has a CPU build of torch:
 
-    python benchmarks/torch_regression1d.py --out torch.json [--threads 2]
+    python benchmarks/torch_regression1d.py --out torch.json [--threads 1]
+    python benchmarks/torch_regression1d.py --serve      # worker of benchmarks/regression1d.py
 
 Seconds per epoch = (best of 3 timings of 16 steps / 16) * ceil(2000 / 32), after
 warm-up (ML-MCMC-256: best of 2 timings of 2 steps).
@@ -153,10 +154,49 @@ def time_method(loss_fn, data, steps, warmup, repeats):
     return best / steps * STEPS_PER_EPOCH
 
 
+def serve(data, num_samples: int) -> None:
+    """Worker mode (`--serve`), for interleaved timing: one JSON request per line on
+    stdin, {"method", "steps"}, answered with {"wall", "cpu", "finite"}: `steps` train
+    steps of that method's model (built, and warmed up with one step, at its first
+    request); {"quit": true} ends it."""
+    import sys
+
+    table, models = methods(num_samples), {}
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}),
+          flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req.get("quit"):
+            break
+        name = req["method"]
+        if name not in models:
+            torch.manual_seed(0)
+            net = Net()
+            models[name] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
+            train_step(net, models[name][1], table[name], data)
+        net, opt = models[name]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(req["steps"]):
+            loss = train_step(net, opt, table[name], data)
+        print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
+                          "finite": math.isfinite(loss)}), flush=True)
+
+
+def train_step(net, opt, loss_fn, data) -> float:
+    x_all, y_all = data
+    idx = torch.randint(N_TRAIN, (BATCH,))
+    loss = loss_fn(net, x_all[idx], y_all[idx])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None)
+    p.add_argument("--serve", action="store_true", help="worker mode (see serve())")
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--num-samples", type=int, default=1024)
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--repeats", type=int, default=3, help="timings per method (best)")
@@ -166,6 +206,11 @@ def main():
     x = rng.uniform(-3, 3, (N_TRAIN, 1)).astype(np.float32)
     y = (np.sin(x) + 0.1 * rng.normal(size=x.shape)).astype(np.float32)
     data = (torch.from_numpy(x), torch.from_numpy(y))
+    if args.serve:
+        serve(data, args.num_samples)
+        return
+    if args.out is None:
+        p.error("--out is required (or --serve)")
     table = methods(args.num_samples)
     results = {}
     for name in args.methods or table:

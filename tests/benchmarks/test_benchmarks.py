@@ -67,16 +67,20 @@ def test_flops_grow_with_the_number_of_samples():
 
 def test_benchmark_smoke_writes_json_and_markdown(tmp_path):
     rc = bench.main(["--out", str(tmp_path), "--methods", "sm", "ml-mcmc-256",
-                     "--num-samples", "4", "--repeats", "1", "--heavy-steps", "1"])
+                     "--num-samples", "4", "--rounds", "2", "--heavy-steps", "1"])
     assert rc == 0
     report = json.loads((tmp_path / "regression1d.json").read_text())
     assert set(report["methods"]) == {"sm", "ml-mcmc-256"}
     for r in report["methods"].values():
-        assert r["jax_seconds_per_epoch"] > 0 and r["gflop_per_epoch"] > 0
-    assert report["methods"]["ml-mcmc-256"]["timed_steps"] == 1
-    assert report["torch"] is None
+        w = r["jax_wall"]
+        assert 0 < w["min"] <= w["median"] <= w["max"] and r["gflop_per_epoch"] > 0
+        assert r["jax_cpu"]["median"] > 0
+    assert report["methods"]["ml-mcmc-256"]["steps_per_round"] == 1
+    assert "below_paper_gpu" in report["methods"]["ml-mcmc-256"]
+    assert report["torch"] is None and report["rounds"] == 2
+    assert len(report["load_average_start"]) == 3
     md = (tmp_path / "regression1d.md").read_text()
-    assert "| ml-mcmc-256 |" in md and "GFLOP/s" in md
+    assert "| ml-mcmc-256 |" in md and "GFLOP/s" in md and "paper's GPU 30.8 s" in md
 
 
 @pytest.mark.parametrize("argv, match", [
