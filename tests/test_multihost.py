@@ -41,6 +41,24 @@ def _cli(*args) -> list[str]:
     return [sys.executable, "-m", "ebm_jax.cli", "run", CONFIG, "--no-progress", *args]
 
 
+def _two_processes(command: list[str], cwd: Path) -> None:
+    """Runs `command` as processes 0 and 1 of a 2-process JAX runtime (a coordinator
+    on 127.0.0.1), each with one CPU device; both must succeed."""
+    port = _free_port()
+    procs = [subprocess.Popen(
+        command, env=_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                          JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+    try:
+        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for i, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"process {i}:\n{log[-3000:]}"
+
+
 def _losses(workdir: Path) -> dict:
     return {m.parent.name: [json.loads(line)["loss"] for line in m.read_text().splitlines()]
             for m in sorted(workdir.glob("*/metrics.jsonl"))}
@@ -79,21 +97,8 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
                                   .subset(96, 40), tmp_path / "records")
     data = ["--config.data=records", f"--config.data_root={records}",
             "--config.num_train=None", "--config.num_test=None"]
-    port = _free_port()
-    procs = [subprocess.Popen(
-        _cli(*data, "--config.loader=grain", "--distributed",
-             "--workdir", str(tmp_path / "w2"), "--out", str(tmp_path / "o2")),
-        env=_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                 JAX_PROCESS_ID=str(i)),
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(2)]
-    try:
-        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for i, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"process {i}:\n{log[-3000:]}"
+    _two_processes(_cli(*data, "--config.loader=grain", "--distributed", "--workdir",
+                        str(tmp_path / "w2"), "--out", str(tmp_path / "o2")), tmp_path)
     one = _env(JAX_NUM_CPU_DEVICES="2")
     subprocess.run(_cli(*data, "--config.loader=memory", "--devices", "2",
                         "--workdir", str(tmp_path / "w1"), "--out", str(tmp_path / "o1")),
@@ -123,21 +128,8 @@ def test_regression1d_two_processes_equal_one_process_with_two_devices(tmp_path)
     config = f"{ROOT / 'experiments' / 'ebm_regression' / 'table1_toy1d.py'}:tiny"
     args = [sys.executable, "-m", "ebm_jax.cli", "run", config, "--no-progress",
             "--config.methods=nce,ml-mcmc-1"]
-    port = _free_port()
-    procs = [subprocess.Popen(
-        [*args, "--distributed", "--workdir", str(tmp_path / "w2"), "--out",
-         str(tmp_path / "o2")],
-        env=_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                 JAX_PROCESS_ID=str(i)),
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for i in range(2)]
-    try:
-        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for i, (p, log) in enumerate(zip(procs, logs)):
-        assert p.returncode == 0, f"process {i}:\n{log[-3000:]}"
+    _two_processes([*args, "--distributed", "--workdir", str(tmp_path / "w2"), "--out",
+                    str(tmp_path / "o2")], tmp_path)
     subprocess.run([*args, "--devices", "2", "--workdir", str(tmp_path / "w1"), "--out",
                     str(tmp_path / "o1")], env=_env(JAX_NUM_CPU_DEVICES="2"),
                    cwd=tmp_path, check=True, timeout=TIMEOUT_S, capture_output=True)
