@@ -87,25 +87,46 @@ def bench_pool(num_boxes: int, map_size: int, channels: int, repeats: int = 5) -
             "speedup": direct_s / jax_s, "max_relative_difference": err}
 
 
-def bench_refine(num_boxes: int, image_size: int = 512, repeats: int = 3) -> dict:
-    head = DetectionEnergyHead(rngs=nnx.Rngs(0))  # the paper's size
+POOL_METHODS = ("dense", "integral")  # the head's PrRoIPool: whole-map contraction, integral images
+
+
+def _interleaved(calls: dict, rounds: int) -> dict:
+    """Each callable once per round, in turn (A B A B ...): median, min, max seconds."""
+    times = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[k].append(time.perf_counter() - t0)
+    return {k: {"median": float(np.median(v)), "min": min(v), "max": max(v)}
+            for k, v in times.items()}
+
+
+def bench_refine(num_boxes: int, image_size: int = 512, rounds: int = 3) -> dict:
+    """Boxes refined per second (T = 10) by the paper-size head, with each pooling path,
+    interleaved; and the largest difference between the paths' refined boxes."""
     rng = np.random.default_rng(0)
     levels = [jnp.asarray(rng.normal(size=(image_size // s, image_size // s, 256)),
                           jnp.float32) for s in (4, 8, 16, 32)]
     boxes = _boxes(rng, num_boxes, image_size)
     classes = rng.integers(1, 81, num_boxes)
     lengths = (8e-4, 8e-4, 3.2e-3, 3.2e-3)
-    t0 = time.perf_counter()
-    jax.block_until_ready(refine_boxes(head, levels, boxes, classes, step_length=lengths))
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        jax.block_until_ready(refine_boxes(head, levels, boxes, classes,
-                                           step_length=lengths))
-    dt = (time.perf_counter() - t0) / repeats
-    return {"boxes": num_boxes, "image": image_size, "steps": 10,
-            "boxes_per_second": num_boxes / dt, "seconds_per_image": dt,
-            "first_call_seconds": first}
+    calls, first, out = {}, {}, {}
+    for m in POOL_METHODS:
+        head = DetectionEnergyHead(pool_method=m, rngs=nnx.Rngs(0))  # the paper's size
+        call = (lambda head=head: jax.block_until_ready(
+            refine_boxes(head, levels, boxes, classes, step_length=lengths)))
+        t0 = time.perf_counter()
+        out[m] = call()
+        first[m] = time.perf_counter() - t0
+        calls[m] = call
+    t = _interleaved(calls, rounds)
+    diff = float(np.abs(np.asarray(out["integral"][0]) - np.asarray(out["dense"][0])).max())
+    return {"boxes": num_boxes, "image": image_size, "steps": 10, "rounds": rounds,
+            "seconds_per_image": t, "first_call_seconds": first,
+            "boxes_per_second": {m: num_boxes / t[m]["median"] for m in t},
+            "speedup": t["dense"]["median"] / t["integral"]["median"],
+            "max_box_difference_px": diff}
 
 
 # Table 2's hyperparameters of the benchmarked methods (the paper's sec. 4.2), as in
@@ -117,38 +138,45 @@ HYPERPARAMETERS = {"nce": {"sigmas": (0.075, 0.15, 0.3)},
 
 def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, pool: int,
                      image_size: int, strides=(4, 8, 16, 32), canonical_size: float = 224.0,
-                     num_samples: int = 128, repeats: int = 3) -> dict:
-    """Head training steps per second: `boxes` ground-truth boxes per step, each with
-    its image's FPN levels, M = num_samples, the detection recipe's train step."""
+                     num_samples: int = 128, rounds: int = 3) -> dict:
+    """Head training steps per second with each pooling path, interleaved: `boxes`
+    ground-truth boxes per step, each with its image's FPN levels, M = num_samples, the
+    detection recipe's train step."""
     from ebm_jax.energy.boxes import make_detection_loss
     from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
 
-    head = DetectionEnergyHead(channels, 80, hidden=hidden, pool_size=pool, strides=strides,
-                               canonical_size=canonical_size, rngs=nnx.Rngs(0))
-    opt = optax.sgd(1e-3, momentum=0.9)
-    graphdef, state = create_train_state(head, opt, jax.random.key(0))
-    mesh = make_mesh(1)
-    loss_fn = make_detection_loss(method, num_samples, **HYPERPARAMETERS[method])
-    step = make_train_step(graphdef, loss_fn, opt, mesh)
-    state = replicate(state, mesh)
     rng = np.random.default_rng(0)
     levels = [rng.normal(size=(boxes, image_size // s, image_size // s, channels))
               .astype(np.float32) for s in strides]
     gt = _boxes(rng, boxes, image_size)[:, None].astype(np.float32)
     batch = (levels, gt, rng.integers(1, 81, (boxes, 1)).astype(np.int32),
              np.ones((boxes, 1), bool))
-    t0 = time.perf_counter()
-    state, _ = step(state, batch)
-    jax.block_until_ready(state)
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        state, _ = step(state, batch)
-        jax.block_until_ready(state)
-    dt = (time.perf_counter() - t0) / repeats
+    mesh = make_mesh(1)
+    calls, first = {}, {}
+    for m in POOL_METHODS:
+        head = DetectionEnergyHead(channels, 80, hidden=hidden, pool_size=pool,
+                                   strides=strides, canonical_size=canonical_size,
+                                   pool_method=m, rngs=nnx.Rngs(0))
+        opt = optax.sgd(1e-3, momentum=0.9)
+        graphdef, state = create_train_state(head, opt, jax.random.key(0))
+        loss_fn = make_detection_loss(method, num_samples, **HYPERPARAMETERS[method])
+        step = make_train_step(graphdef, loss_fn, opt, mesh)
+        holder = {"state": replicate(state, mesh)}
+
+        def call(step=step, holder=holder):
+            holder["state"], _ = step(holder["state"], batch)
+            jax.block_until_ready(holder["state"])
+
+        t0 = time.perf_counter()
+        call()
+        first[m] = time.perf_counter() - t0
+        calls[m] = call
+    t = _interleaved(calls, rounds)
     return {"method": method, "boxes": boxes, "channels": channels, "hidden": hidden,
-            "pool": pool, "levels": len(strides), "image": image_size, "num_samples": num_samples,
-            "steps_per_second": 1.0 / dt, "seconds_per_step": dt,
+            "pool": pool, "levels": len(strides), "image": image_size,
+            "num_samples": num_samples, "rounds": rounds, "seconds_per_step": t,
+            "steps_per_second": {m: 1.0 / t[m]["median"] for m in t},
+            "speedup": t["dense"]["median"] / t["integral"]["median"],
             "first_call_seconds": first}
 
 
@@ -160,7 +188,7 @@ def main(argv=None) -> int:
     pools = [bench_pool(args.boxes, 64, 256), bench_pool(args.boxes, 128, 64)]
     refine = bench_refine(args.boxes)
     train = [bench_train_step("nce+", boxes=16, channels=256, hidden=1024, pool=7,
-                              image_size=256, repeats=2),
+                              image_size=256),
              bench_train_step("nce+", boxes=16, channels=32, hidden=128, pool=5,
                               image_size=128, strides=(4, 8), canonical_size=96.0)]
     device = jax.devices()[0]
@@ -173,18 +201,33 @@ def main(argv=None) -> int:
         lines.append(f"| {r['boxes']} | {r['map']}x{r['map']} | {r['channels']} | "
                      f"{r['jax_boxes_per_second']:.0f} | {r['direct_boxes_per_second']:.1f} | "
                      f"{r['speedup']:.0f}x | {r['max_relative_difference']:.1e} |")
+    def rng_s(t):
+        return f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})"
+
     lines += ["", f"Refinement, paper-size head (12544 -> 1024 -> 1024 -> 81), T = 10, "
               f"{refine['boxes']} boxes on a {refine['image']}x{refine['image']} image "
-              f"(4 FPN levels, 256 channels): {refine['boxes_per_second']:.0f} boxes/s, "
-              f"{refine['seconds_per_image']:.2f} s per image (first call "
-              f"{refine['first_call_seconds']:.1f} s)."]
-    lines += ["", "Head training (NCE+, M = 128, 16 ground-truth boxes per step):", "",
-              "| head | image | FPN levels | steps/s | s/step | first call s |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "(4 FPN levels, 256 channels), the two pooling paths interleaved "
+              f"({refine['rounds']} rounds; largest difference of the refined boxes "
+              f"{refine['max_box_difference_px']:.1e} px):", "",
+              "| PrRoIPool | s per image (min-max) | boxes/s | first call s |",
+              "|---|---:|---:|---:|"]
+    for m in POOL_METHODS:
+        lines.append(f"| {m} | {rng_s(refine['seconds_per_image'][m])} | "
+                     f"{refine['boxes_per_second'][m]:.0f} | "
+                     f"{refine['first_call_seconds'][m]:.1f} |")
+    lines += ["", f"Integral over dense: {refine['speedup']:.1f}x.", "",
+              "Head training (NCE+, M = 128, 16 ground-truth boxes per step), the two "
+              "pooling paths interleaved:", "",
+              "| head | image | FPN levels | PrRoIPool | s/step (min-max) | steps/s | "
+              "first call s |", "|---|---:|---:|---|---:|---:|---:|"]
     for r in train:
-        lines.append(f"| pool {r['pool']}, {r['channels']} ch, FC {r['hidden']} | "
-                     f"{r['image']} | {r['levels']} | {r['steps_per_second']:.2f} | "
-                     f"{r['seconds_per_step']:.3f} | {r['first_call_seconds']:.1f} |")
+        for m in POOL_METHODS:
+            lines.append(f"| pool {r['pool']}, {r['channels']} ch, FC {r['hidden']} | "
+                         f"{r['image']} | {r['levels']} | {m} | "
+                         f"{rng_s(r['seconds_per_step'][m])} | "
+                         f"{r['steps_per_second'][m]:.2f} | "
+                         f"{r['first_call_seconds'][m]:.1f} |")
+        lines.append(f"| | | | integral over dense | {r['speedup']:.1f}x | | |")
     write_report(args.out, "detection_ops", {**meta, "pool": pools, "refine": refine,
                                              "train": train},
                  "\n".join(lines) + "\n")

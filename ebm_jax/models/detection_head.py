@@ -24,14 +24,19 @@ from flax import nnx
 
 from ebm_jax.energy.predict import make_predictor
 from ebm_jax.ops.boxes import decode_relative, encode_relative
-from ebm_jax.ops.prroi_pool import _is_concrete, check_boxes, prroi_pool_fpn
+from ebm_jax.ops.prroi_pool import (
+    POOL_METHODS,
+    _is_concrete,
+    check_boxes,
+    prroi_pool_fpn,
+)
 
 
 class DetectionEnergyHead(nnx.Module):
     def __init__(self, in_channels: int = 256, num_classes: int = 80, *,
                  hidden: int = 1024, pool_size: int = 7,
                  strides: Sequence[int] = (4, 8, 16, 32), canonical_size: float = 224.0,
-                 rngs: nnx.Rngs):
+                 pool_method: str = "integral", rngs: nnx.Rngs):
         for name, value in (("in_channels", in_channels), ("num_classes", num_classes),
                             ("hidden", hidden), ("pool_size", pool_size)):
             if int(value) != value or value < 1:
@@ -41,6 +46,12 @@ class DetectionEnergyHead(nnx.Module):
         if not canonical_size > 0:
             raise ValueError(f"canonical_size must be > 0, got {canonical_size!r}")
         self.canonical_size = float(canonical_size)
+        if pool_method not in POOL_METHODS:
+            raise ValueError(f"pool_method must be one of {POOL_METHODS}, got "
+                             f"{pool_method!r}")
+        # "integral": PrRoIPool from integral images (the fast path), "dense": the
+        # whole-map contraction (the reference); the same values to float32 precision
+        self.pool_method = pool_method
         self.fc1 = nnx.Linear(pool_size * pool_size * in_channels, hidden, rngs=rngs)
         self.fc2 = nnx.Linear(hidden, hidden, rngs=rngs)
         self.out = nnx.Linear(hidden, num_classes + 1, rngs=rngs,
@@ -59,7 +70,8 @@ class DetectionEnergyHead(nnx.Module):
                                  f"[{c.min() if c.size else '-'}, {c.max() if c.size else '-'}]")
         pooled = prroi_pool_fpn(levels, boxes, strides=self.strides,
                                 output_size=self.pool_size,
-                                canonical_size=self.canonical_size)
+                                canonical_size=self.canonical_size,
+                                method=self.pool_method)
         h = pooled.reshape(pooled.shape[0], -1)
         h = jax.nn.relu(self.fc1(h))
         h = jax.nn.relu(self.fc2(h))

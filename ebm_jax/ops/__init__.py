@@ -16,6 +16,7 @@ from ebm_jax.ops.prroi_pool import (
     fpn_levels,
     prroi_pool,
     prroi_pool_fpn,
+    prroi_pool_integral,
 )
 from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
 
@@ -29,6 +30,7 @@ __all__ = [
     "guided_nms",
     "prroi_pool",
     "prroi_pool_fpn",
+    "prroi_pool_integral",
     "xywh_to_xyxy",
     "xcorr",
     "xcorr_broadcast",

@@ -14,6 +14,7 @@ from ebm_jax.ops import (
     guided_nms,
     prroi_pool,
     prroi_pool_fpn,
+    prroi_pool_integral,
     xywh_to_xyxy,
     xyxy_to_xywh,
 )
@@ -124,9 +125,54 @@ def test_fpn_levels_and_pyramid_pooling():
     levels = [jnp.asarray(RNG.normal(size=(256 // s, 256 // s, 3)), jnp.float32)
               for s in (4, 8, 16, 32)]
     box = np.array([[10.0, 20.0, 130.0, 150.0]], np.float32)  # sqrt(wh) ~ 125: P3
-    out = prroi_pool_fpn(levels, box, output_size=2)
     want = prroi_pool(levels[1], box, output_size=2, spatial_scale=1 / 8)
-    np.testing.assert_allclose(out, want, rtol=1e-6)
+    np.testing.assert_allclose(prroi_pool_fpn(levels, box, output_size=2, method="dense"),
+                               want, rtol=1e-6)
+    np.testing.assert_allclose(prroi_pool_fpn(levels, box, output_size=2), want, rtol=0,
+                               atol=1e-5 * np.abs(want).max())
+    with pytest.raises(ValueError, match="method must be one of"):
+        prroi_pool_fpn(levels, box, method="window")
+
+
+@pytest.mark.parametrize("box", [
+    (1.3, 0.7, 5.2, 4.9), (0.0, 0.0, 7.0, 6.0), (-2.5, -1.0, 3.1, 2.2),
+    (5.0, 3.6, 9.5, 8.0), (-9.0, -9.0, -3.0, -2.0), (8.0, 7.5, 12.0, 11.0)])
+def test_integral_pooling_equals_numerical_integral(box):
+    """The integral-image path: inside, on the border, partly and wholly outside."""
+    got = np.asarray(prroi_pool_integral(FEATURES, np.array([box], np.float32),
+                                         output_size=3))[0]
+    want = numeric_pool(FEATURES, box, 3)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * max(np.abs(want).max(), 1))
+    unaligned = np.asarray(prroi_pool_integral(FEATURES, np.array([box], np.float32) * 4,
+                                               output_size=2, spatial_scale=0.25,
+                                               aligned=False))[0]
+    want = numeric_pool(FEATURES, np.asarray(box) * 4, 2, scale=0.25, offset=0.0)
+    np.testing.assert_allclose(unaligned, want, rtol=0,
+                               atol=1e-4 * max(np.abs(want).max(), 1))
+
+
+def test_integral_fpn_pooling_equals_the_dense_path_with_box_gradients():
+    """The fast path of the detection head (integral images) against the dense
+    contraction: an FPN of 256 channels on a 256 px image, ReLU features (positive
+    mean), boxes of every level; values and gradients in the box coordinates."""
+    rng = np.random.default_rng(1)
+    levels = [jnp.asarray(np.maximum(rng.normal(size=(256 // s, 256 // s, 256)), 0),
+                          jnp.float32) for s in (4, 8, 16, 32)]
+    xy = rng.uniform(-10, 220, (24, 2))
+    wh = np.exp(rng.uniform(np.log(8), np.log(250), (24, 2)))
+    boxes = jnp.asarray(np.concatenate([xy, xy + wh], 1), jnp.float32)
+    weights = jnp.asarray(rng.normal(size=(24, 7, 7, 256)), jnp.float32)
+
+    def f(b, method):
+        return jnp.sum(weights * prroi_pool_fpn(levels, b, method=method))
+
+    dense, integral = (prroi_pool_fpn(levels, boxes, method=m) for m in ("dense", "integral"))
+    # float32 prefix sums: within 1e-4 of the features' scale (the smallest bins)
+    np.testing.assert_allclose(integral, dense, rtol=0, atol=1e-4 * float(dense.max()))
+    assert float(jnp.abs(integral - dense).mean()) < 1e-6 * float(dense.max())
+    g_dense, g_int = (jax.grad(f)(boxes, m) for m in ("dense", "integral"))
+    np.testing.assert_allclose(g_int, g_dense, rtol=1e-3,
+                               atol=1e-4 * float(jnp.abs(g_dense).max()))
 
 
 # ------------------------------------------------------------------------ boxes
@@ -248,8 +294,9 @@ def test_prroi_pool_equals_the_direct_per_pixel_kernel():
     # the head-training benchmark runs the experiment's step (tiny sizes)
     r = bench.bench_train_step("nce", boxes=2, channels=4, hidden=8, pool=2, image_size=64,
                                strides=(4, 8), canonical_size=48.0, num_samples=2,
-                               repeats=1)
-    assert r["steps_per_second"] > 0 and r["levels"] == 2
+                               rounds=1)
+    assert set(r["steps_per_second"]) == {"dense", "integral"} and r["levels"] == 2
+    assert all(v > 0 for v in r["steps_per_second"].values()) and r["speedup"] > 0
 
 
 # ------------------------------------------------------------------------ head training
