@@ -140,9 +140,12 @@ def prroi_pool_fpn(levels: Sequence[jax.Array], boxes: jax.Array, *,
     if _is_concrete(boxes):
         check_boxes(boxes)
     boxes = jnp.asarray(boxes, levels[0].dtype)
-    pool = prroi_pool_integral if method == "integral" else prroi_pool
+    if method == "integral":
+        return _prroi_pool_fpn_integral(levels, boxes, strides, int(output_size), aligned,
+                                        canonical_size)
     pooled = jnp.stack([
-        pool(lv, boxes, output_size=output_size, spatial_scale=1.0 / s, aligned=aligned)
+        prroi_pool(lv, boxes, output_size=output_size, spatial_scale=1.0 / s,
+                   aligned=aligned)
         for lv, s in zip(levels, strides)])  # (L, N, P, P, C)
     idx = fpn_levels(boxes, num_levels=len(levels),
                      min_level=int(round(math.log2(strides[0]))),
@@ -171,7 +174,7 @@ def _corner_weights(t: jax.Array, size: int):
     with a = floor(t), r = t - a, alpha = 1 - (1 - r)^2 / 2, beta = r^2 / 2 (P the prefix
     sum): t limited to [-1, size], where Q is constant outside, gives the padded index
     a + 2 and the two weights."""
-    t = jnp.clip(t, -1.0, float(size))
+    t = jnp.clip(t, -1.0, size)
     a = jnp.floor(t)
     r = t - a
     return a.astype(jnp.int32) + 2, 1.0 - 0.5 * (1.0 - r) ** 2, 0.5 * r * r
@@ -243,3 +246,53 @@ def prroi_pool_integral(features: jax.Array, boxes: jax.Array, *, output_size: i
     offset = 0.5 if aligned else 0.0
     return jax.vmap(lambda b: _pool_integral_one(tables, (h, w), b, int(output_size),
                                                  spatial_scale, offset))(boxes)
+
+
+def _prroi_pool_fpn_integral(levels, boxes, strides, output_size: int, aligned: bool,
+                             canonical_size: float) -> jax.Array:
+    """`prroi_pool_fpn` by integral images, each box read from its own level only: the
+    tables of every level flattened into one (sum_l (H_l + 4)(W_l + 4), C) array per
+    kind, and each box's corner reads offset into its level's part."""
+    per_level = [integral_tables(lv) for lv in levels]
+    shapes = [lv.shape[:2] for lv in levels]
+    flat = [jnp.concatenate([t[k].reshape(-1, t[k].shape[-1]) for t in per_level])
+            for k in range(4)]  # f, rows, cols, sat
+    means = jnp.stack([t[4] for t in per_level])  # (L, C)
+    sizes = [(h + 4) * (w + 4) for h, w in shapes]
+    offsets = jnp.asarray(np.concatenate([[0], np.cumsum(sizes)[:-1]]), jnp.int32)
+    heights = jnp.asarray([h for h, _ in shapes], boxes.dtype)
+    widths = jnp.asarray([w for _, w in shapes], boxes.dtype)
+    row_len = jnp.asarray([w + 4 for _, w in shapes], jnp.int32)
+    scales = jnp.asarray([1.0 / s for s in strides], boxes.dtype)
+    idx = fpn_levels(boxes, num_levels=len(levels),
+                     min_level=int(round(math.log2(strides[0]))),
+                     canonical_size=canonical_size)
+    offset = 0.5 if aligned else 0.0
+    f, rows, cols, sat = flat
+
+    def one(box, lv):
+        h, w, stride_len, base = heights[lv], widths[lv], row_len[lv], offsets[lv]
+        x0, y0, x1, y1 = box * scales[lv] - offset
+        edges = jnp.linspace(0.0, 1.0, output_size + 1, dtype=box.dtype)
+        ys, xs = y0 + (y1 - y0) * edges, x0 + (x1 - x0) * edges
+        a, ay, by = _corner_weights(ys, h)
+        b, ax, bx = _corner_weights(xs, w)
+        a, b = a[:, None], b[None, :]
+        ay, by = ay[:, None, None], by[:, None, None]
+        ax, bx = ax[None, :, None], bx[None, :, None]
+
+        def at(table, i, j):  # (P+1, P+1, C)
+            return table[base + i * stride_len + j]
+
+        q = (at(sat, a - 1, b - 1) + ax * at(rows, a - 1, b) + bx * at(rows, a - 1, b + 1)
+             + ay * at(cols, a, b - 1) + by * at(cols, a + 1, b - 1)
+             + ay * (ax * at(f, a, b) + bx * at(f, a, b + 1))
+             + by * (ax * at(f, a + 1, b) + bx * at(f, a + 1, b + 1)))
+        ones_y, ones_x = _indicator_prefix(ys, h), _indicator_prefix(xs, w)
+        inside = (ones_y[1:] - ones_y[:-1])[:, None] * (ones_x[1:] - ones_x[:-1])[None, :]
+        pooled = q[1:, 1:] - q[:-1, 1:] - q[1:, :-1] + q[:-1, :-1]
+        pooled = pooled + inside[..., None] * means[lv]
+        area = (ys[1:] - ys[:-1])[:, None] * (xs[1:] - xs[:-1])[None, :]
+        return pooled / area[..., None]
+
+    return jax.vmap(one)(boxes, idx)
