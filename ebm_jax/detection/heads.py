@@ -12,14 +12,15 @@ from ebm_jax.data.detection import DetectionSet
 
 
 def build_head(*, channels: int, num_classes: int, hidden: int, pool_size: int,
-               strides: Sequence[int], canonical_size: float, key):
+               strides: Sequence[int], canonical_size: float, key,
+               pool_method: str = "dense"):
     """A `DetectionEnergyHead` initialised from `key` (PrRoIPool P x P on the box's
     FPN level -> FC hidden x 2 -> FC classes + 1)."""
     from ebm_jax.models.detection_head import DetectionEnergyHead
 
     return DetectionEnergyHead(channels, num_classes, hidden=hidden, pool_size=pool_size,
                                strides=tuple(strides), canonical_size=canonical_size,
-                               rngs=nnx.Rngs(key))
+                               pool_method=pool_method, rngs=nnx.Rngs(key))
 
 
 def box_index(data: DetectionSet) -> np.ndarray:

@@ -36,7 +36,7 @@ class DetectionEnergyHead(nnx.Module):
     def __init__(self, in_channels: int = 256, num_classes: int = 80, *,
                  hidden: int = 1024, pool_size: int = 7,
                  strides: Sequence[int] = (4, 8, 16, 32), canonical_size: float = 224.0,
-                 pool_method: str = "integral", rngs: nnx.Rngs):
+                 pool_method: str = "dense", rngs: nnx.Rngs):
         for name, value in (("in_channels", in_channels), ("num_classes", num_classes),
                             ("hidden", hidden), ("pool_size", pool_size)):
             if int(value) != value or value < 1:

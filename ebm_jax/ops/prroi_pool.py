@@ -122,12 +122,13 @@ POOL_METHODS = ("integral", "dense")
 def prroi_pool_fpn(levels: Sequence[jax.Array], boxes: jax.Array, *,
                    strides: Sequence[int] = (4, 8, 16, 32), output_size: int = 7,
                    aligned: bool = True, canonical_size: float = 224.0,
-                   method: str = "integral") -> jax.Array:
+                   method: str = "dense") -> jax.Array:
     """(N, P, P, C) from a feature pyramid: each box pooled on its `fpn_levels` level.
-    Every level is pooled for every box and the box's own level selected (static
-    shapes for jit). `method="integral"` (default) reads each bin from the level's
-    integral images (`prroi_pool_integral`: a cost per box independent of the map's
-    size); "dense" contracts the whole map per box (`prroi_pool`), the reference.
+    `method="dense"` (default) pools every level for every box and selects the box's
+    own level (static shapes for jit), contracting the whole map per box (`prroi_pool`).
+    "integral" reads each bin from the box's own level's integral images (as
+    `prroi_pool_integral`: a cost per box independent of the map's size); the same
+    values to float32 precision.
     `canonical_size` is FPN's 224 (the box size that goes to P4); smaller images use a
     proportionally smaller one."""
     if method not in POOL_METHODS:

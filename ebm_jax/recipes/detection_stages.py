@@ -100,6 +100,8 @@ def head_stage(cfg: Config, ctx, spec: HeadSpec, data, features, backbone_id):
     settings = {k: getattr(cfg, k) for k in (
         "hidden", "pool_size", "canonical_size", "head_steps", "boxes_per_batch",
         "learning_rate", "weight_decay", "warmup_steps", "grad_clip")}
+    if cfg.pool_method != "dense":  # (dense stages keep the identity they had)
+        settings["pool_method"] = cfg.pool_method
     identity = {"backbone": backbone_id, "method": spec.method,
                 "num_samples": spec.num_samples, "hyperparameters": spec.hp,
                 "head": settings, "seed": ctx.seed}
@@ -110,6 +112,7 @@ def head_stage(cfg: Config, ctx, spec: HeadSpec, data, features, backbone_id):
     head = det.build_head(channels=cfg.channels, num_classes=train.num_classes,
                           hidden=cfg.hidden, pool_size=cfg.pool_size,
                           strides=features.strides, canonical_size=cfg.canonical_size,
+                          pool_method=cfg.pool_method,
                           key=ctx.key("head", "init"))  # the same start for every head
     opt = optax.chain(
         *([optax.clip_by_global_norm(cfg.grad_clip)] if cfg.grad_clip else []),

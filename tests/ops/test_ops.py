@@ -128,8 +128,9 @@ def test_fpn_levels_and_pyramid_pooling():
     want = prroi_pool(levels[1], box, output_size=2, spatial_scale=1 / 8)
     np.testing.assert_allclose(prroi_pool_fpn(levels, box, output_size=2, method="dense"),
                                want, rtol=1e-6)
-    np.testing.assert_allclose(prroi_pool_fpn(levels, box, output_size=2), want, rtol=0,
-                               atol=1e-5 * np.abs(want).max())
+    np.testing.assert_allclose(prroi_pool_fpn(levels, box, output_size=2,
+                                              method="integral"),
+                               want, rtol=0, atol=1e-5 * np.abs(want).max())
     with pytest.raises(ValueError, match="method must be one of"):
         prroi_pool_fpn(levels, box, method="window")
 
@@ -360,3 +361,22 @@ def test_head_training_with_nce_plus_lowers_the_loss():
         check_detection_batch(batch[1], batch[2], np.zeros_like(batch[3]), 3)
     with pytest.raises(ValueError, match=r"classes must be in \[1, 3\]"):
         check_detection_batch(batch[1], np.full_like(batch[2], 4), batch[3], 3)
+
+
+def test_detection_config_takes_the_integral_pooling():
+    from pathlib import Path
+
+    from ebm_jax.config import ConfigError, load_config
+    from ebm_jax.detection import build_head
+
+    path = Path(__file__).parents[2] / "experiments" / "ebm_regression" / "table2_detection.py"
+    assert load_config(f"{path}:tiny", ["pool_method=integral"]).pool_method == "integral"
+    with pytest.raises(ConfigError, match="pool_method"):
+        load_config(f"{path}:tiny", ["pool_method=window"])
+    heads = [build_head(channels=3, num_classes=4, hidden=8, pool_size=2, strides=(4, 8),
+                        canonical_size=48.0, key=jax.random.key(0), pool_method=m)
+             for m in ("dense", "integral")]
+    levels = [jnp.asarray(RNG.normal(size=(64 // s, 64 // s, 3)), jnp.float32) for s in (4, 8)]
+    boxes = jnp.asarray([[3.0, 4.0, 30.0, 41.0], [20.0, 10.0, 60.0, 33.0]])
+    f = [h(levels, boxes, jnp.asarray([1, 3])) for h in heads]
+    np.testing.assert_allclose(f[1], f[0], rtol=1e-4, atol=1e-6)
