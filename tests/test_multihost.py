@@ -88,7 +88,7 @@ def test_importing_and_loading_configs_leaves_the_backend_to_initialize():
                    timeout=TIMEOUT_S)
 
 
-@pytest.mark.slow  # about 2 min of CPU: `make test-slow`
+@pytest.mark.slow  # about 1 min on 2 idle cores: `make test-slow`
 def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     from ebm_jax.data import images as image_data
     from ebm_jax.data.records import write_image_records
@@ -122,7 +122,7 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     assert _rows(tmp_path / "o3") == _rows(tmp_path / "o2")
 
 
-@pytest.mark.slow  # about 1 min of CPU: `make test-slow`
+@pytest.mark.slow  # under 1 min on 2 idle cores: `make test-slow`
 def test_regression1d_two_processes_equal_one_process_with_two_devices(tmp_path):
     """The 1D ensembles: each process builds only its rows of every batch."""
     config = f"{ROOT / 'experiments' / 'ebm_regression' / 'table1_toy1d.py'}:tiny"
