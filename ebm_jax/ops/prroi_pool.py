@@ -85,6 +85,20 @@ def prroi_pool(features: jax.Array, boxes: jax.Array, *, output_size: int = 7,
     """(N, P, P, C): each box's P x P bins, exact averages of the bilinearly interpolated
     `features` (H, W, C). Concrete inputs are checked (box shape, finite coordinates,
     positive size, a map at least 1 x 1); traced ones are not."""
+    features = _checked_pool_args(features, boxes, output_size, spatial_scale)
+    h, w = features.shape[:2]
+    if h < output_size or w < output_size:
+        raise ValueError(f"features: the {h} x {w} map is smaller than the "
+                         f"{output_size} x {output_size} pooling grid")
+    boxes = jnp.asarray(boxes, features.dtype)
+    offset = 0.5 if aligned else 0.0
+    return jax.vmap(lambda b: _pool_one(features, b, int(output_size), spatial_scale,
+                                        offset))(boxes)
+
+
+def _checked_pool_args(features, boxes, output_size, spatial_scale) -> jax.Array:
+    """The checks both PrRoIPool paths make: a (H, W, C) map, an integer grid >= 1, a
+    positive scale, and concrete boxes well formed."""
     features = jnp.asarray(features)
     if features.ndim != 3:
         raise ValueError(f"features must have shape (H, W, C), got {features.shape}")
@@ -92,16 +106,9 @@ def prroi_pool(features: jax.Array, boxes: jax.Array, *, output_size: int = 7,
         raise ValueError(f"output_size must be an integer >= 1, got {output_size!r}")
     if not (math.isfinite(spatial_scale) and spatial_scale > 0):
         raise ValueError(f"spatial_scale must be > 0, got {spatial_scale!r}")
-    h, w = features.shape[:2]
-    if h < output_size or w < output_size:
-        raise ValueError(f"features: the {h} x {w} map is smaller than the "
-                         f"{output_size} x {output_size} pooling grid")
     if _is_concrete(boxes):
         check_boxes(boxes)
-    boxes = jnp.asarray(boxes, features.dtype)
-    offset = 0.5 if aligned else 0.0
-    return jax.vmap(lambda b: _pool_one(features, b, int(output_size), spatial_scale,
-                                        offset))(boxes)
+    return features
 
 
 def fpn_levels(boxes: jax.Array, *, num_levels: int = 4, min_level: int = 2,
@@ -141,16 +148,15 @@ def prroi_pool_fpn(levels: Sequence[jax.Array], boxes: jax.Array, *,
     if _is_concrete(boxes):
         check_boxes(boxes)
     boxes = jnp.asarray(boxes, levels[0].dtype)
-    if method == "integral":
-        return _prroi_pool_fpn_integral(levels, boxes, strides, int(output_size), aligned,
-                                        canonical_size)
+    idx = fpn_levels(boxes, num_levels=len(levels),
+                     min_level=int(round(math.log2(strides[0]))),
+                     canonical_size=canonical_size)
+    if method == "integral":  # each box read from its own level only
+        return _pool_integral(levels, boxes, idx, strides, int(output_size), aligned)
     pooled = jnp.stack([
         prroi_pool(lv, boxes, output_size=output_size, spatial_scale=1.0 / s,
                    aligned=aligned)
         for lv, s in zip(levels, strides)])  # (L, N, P, P, C)
-    idx = fpn_levels(boxes, num_levels=len(levels),
-                     min_level=int(round(math.log2(strides[0]))),
-                     canonical_size=canonical_size)
     return jnp.take_along_axis(pooled, idx[None, :, None, None, None], axis=0)[0]
 
 
@@ -158,11 +164,11 @@ def prroi_pool_fpn(levels: Sequence[jax.Array], boxes: jax.Array, *,
 
 
 def integral_tables(features: jax.Array) -> tuple[jax.Array, ...]:
-    """The tables `prroi_pool_integral` reads, for a map F (H, W, C): F zero-padded by 2
-    on every side (index i of F at i + 2), its prefix sums down the rows (R), along the
-    columns (Cc) and both (S, the summed-area table), and the per-channel mean m that
-    was subtracted first (it keeps the prefix sums small, so their differences keep
-    float32 precision). Computed once per map, shared by every box."""
+    """The tables the integral path reads, for a map F (H, W, C): F zero-padded by 2 on
+    every side (index i of F at i + 2), its prefix sums down the rows, along the columns
+    and both (the summed-area table), and the per-channel mean m that was subtracted
+    first (it keeps the prefix sums small, so their differences keep float32
+    precision). Computed once per map, shared by every box."""
     features = jnp.asarray(features)
     mean = jnp.mean(features, axis=(0, 1))
     centred = jnp.pad(features - mean, ((2, 2), (2, 2), (0, 0)))
@@ -170,7 +176,7 @@ def integral_tables(features: jax.Array) -> tuple[jax.Array, ...]:
     return centred, rows, jnp.cumsum(centred, axis=1), jnp.cumsum(rows, axis=1), mean
 
 
-def _corner_weights(t: jax.Array, size: int):
+def _corner_weights(t: jax.Array, size):
     """Q(t) = sum_i F_i H(t - i), H the hat's CDF, is P[a - 1] + alpha F_a + beta F_(a+1)
     with a = floor(t), r = t - a, alpha = 1 - (1 - r)^2 / 2, beta = r^2 / 2 (P the prefix
     sum): t limited to [-1, size], where Q is constant outside, gives the padded index
@@ -181,39 +187,7 @@ def _corner_weights(t: jax.Array, size: int):
     return a.astype(jnp.int32) + 2, 1.0 - 0.5 * (1.0 - r) ** 2, 0.5 * r * r
 
 
-def _corner_values(tables, ty: jax.Array, tx: jax.Array, h: int, w: int) -> jax.Array:
-    """Q(ty, tx) = sum_ij F_ij H(ty - i) H(tx - j) (..., C) at corner points ty, tx of
-    the same shape (...): nine table reads each (module docstring of the integral path:
-    rows below a - 1 and columns below b - 1 have weight 1, rows a, a + 1 and columns
-    b, b + 1 their alpha and beta)."""
-    f, rows, cols, sat, _ = tables
-    a, ay, by = _corner_weights(ty, h)
-    b, ax, bx = _corner_weights(tx, w)
-    ay, by, ax, bx = (v[..., None] for v in (ay, by, ax, bx))
-    return (sat[a - 1, b - 1] + ax * rows[a - 1, b] + bx * rows[a - 1, b + 1]
-            + ay * cols[a, b - 1] + by * cols[a + 1, b - 1]
-            + ay * (ax * f[a, b] + bx * f[a, b + 1])
-            + by * (ax * f[a + 1, b] + bx * f[a + 1, b + 1]))
-
-
-def _pool_integral_one(tables, shape, box, output_size: int, spatial_scale, offset):
-    h, w = shape
-    x0, y0, x1, y1 = box * spatial_scale - offset
-    edges = jnp.linspace(0.0, 1.0, output_size + 1, dtype=box.dtype)
-    ys = y0 + (y1 - y0) * edges  # (P + 1,)
-    xs = x0 + (x1 - x0) * edges
-    q = _corner_values(tables, ys[:, None], xs[None, :], h, w)  # (P+1, P+1, C)
-    # the in-map indicator's integral over each bin, for the mean added back
-    ones_y = _indicator_prefix(ys, h)
-    ones_x = _indicator_prefix(xs, w)
-    inside = ((ones_y[1:] - ones_y[:-1])[:, None] * (ones_x[1:] - ones_x[:-1])[None, :])
-    pooled = q[1:, 1:] - q[:-1, 1:] - q[1:, :-1] + q[:-1, :-1]  # (P, P, C)
-    pooled = pooled + inside[..., None] * tables[4]
-    area = (ys[1:] - ys[:-1])[:, None] * (xs[1:] - xs[:-1])[None, :]
-    return pooled / area[..., None]
-
-
-def _indicator_prefix(t: jax.Array, size: int) -> jax.Array:
+def _indicator_prefix(t: jax.Array, size) -> jax.Array:
     """sum_{i=0}^{size-1} H(t - i): Q of an all-ones map along one axis, in closed form
     (the number of whole pixels below a, plus alpha and beta where a, a + 1 are on
     the map)."""
@@ -224,71 +198,49 @@ def _indicator_prefix(t: jax.Array, size: int) -> jax.Array:
     return whole + alpha * on(a) + beta * on(a + 1)
 
 
-def prroi_pool_integral(features: jax.Array, boxes: jax.Array, *, output_size: int = 7,
-                        spatial_scale: float = 1.0, aligned: bool = True,
-                        tables=None) -> jax.Array:
-    """`prroi_pool` computed from integral images: the same exact bin averages, at a
-    cost per box independent of the map's size (9 table reads per bin corner instead of
-    a contraction over the whole map).
+def _pool_integral(maps, boxes, levels_of_boxes, strides, output_size: int,
+                   aligned: bool) -> jax.Array:
+    """(N, P, P, C): box n pooled on map `levels_of_boxes[n]` (stride `strides[l]`) from
+    integral images. The tables of every map are flattened into one
+    (sum_l (H_l + 4)(W_l + 4), C) array per kind, so a box reads only its own map's
+    part: 9 reads per bin corner, whatever the map's size.
 
     Each bin's integral of the bilinear surface f is Q(y1, x1) - Q(y0, x1) - Q(y1, x0)
-    + Q(y0, x0) with Q(ty, tx) = sum_ij F_ij H(ty - i) H(tx - j) and H the hat's CDF,
-    and Q is read from the map's prefix sums (`integral_tables`). Differentiable in the
-    box coordinates (the weights are the same piecewise quadratics); the prefix sums
-    cost some float32 precision on large maps (about 1e-5 of the features' scale)."""
-    features = jnp.asarray(features)
-    if features.ndim != 3:
-        raise ValueError(f"features must have shape (H, W, C), got {features.shape}")
-    h, w = features.shape[:2]
-    if _is_concrete(boxes):
-        check_boxes(boxes)
-    tables = integral_tables(features) if tables is None else tables
-    boxes = jnp.asarray(boxes, features.dtype)
-    offset = 0.5 if aligned else 0.0
-    return jax.vmap(lambda b: _pool_integral_one(tables, (h, w), b, int(output_size),
-                                                 spatial_scale, offset))(boxes)
-
-
-def _prroi_pool_fpn_integral(levels, boxes, strides, output_size: int, aligned: bool,
-                             canonical_size: float) -> jax.Array:
-    """`prroi_pool_fpn` by integral images, each box read from its own level only: the
-    tables of every level flattened into one (sum_l (H_l + 4)(W_l + 4), C) array per
-    kind, and each box's corner reads offset into its level's part."""
-    per_level = [integral_tables(lv) for lv in levels]
-    shapes = [lv.shape[:2] for lv in levels]
-    flat = [jnp.concatenate([t[k].reshape(-1, t[k].shape[-1]) for t in per_level])
-            for k in range(4)]  # f, rows, cols, sat
-    means = jnp.stack([t[4] for t in per_level])  # (L, C)
+    + Q(y0, x0), Q(ty, tx) = sum_ij F_ij H(ty - i) H(tx - j); rows below a = floor(ty)
+    and columns below b = floor(tx) have weight 1 (a summed-area-table read), rows a,
+    a + 1 and columns b, b + 1 their alpha and beta (`_corner_weights`)."""
+    per_map = [integral_tables(m) for m in maps]
+    shapes = [m.shape[:2] for m in maps]
+    f, rows, cols, sat = (jnp.concatenate([t[k].reshape(-1, t[k].shape[-1])
+                                           for t in per_map]) for k in range(4))
+    means = jnp.stack([t[4] for t in per_map])  # (L, C)
     sizes = [(h + 4) * (w + 4) for h, w in shapes]
     offsets = jnp.asarray(np.concatenate([[0], np.cumsum(sizes)[:-1]]), jnp.int32)
     heights = jnp.asarray([h for h, _ in shapes], boxes.dtype)
     widths = jnp.asarray([w for _, w in shapes], boxes.dtype)
     row_len = jnp.asarray([w + 4 for _, w in shapes], jnp.int32)
     scales = jnp.asarray([1.0 / s for s in strides], boxes.dtype)
-    idx = fpn_levels(boxes, num_levels=len(levels),
-                     min_level=int(round(math.log2(strides[0]))),
-                     canonical_size=canonical_size)
     offset = 0.5 if aligned else 0.0
-    f, rows, cols, sat = flat
+    edges = jnp.linspace(0.0, 1.0, output_size + 1, dtype=boxes.dtype)
 
     def one(box, lv):
         h, w, stride_len, base = heights[lv], widths[lv], row_len[lv], offsets[lv]
         x0, y0, x1, y1 = box * scales[lv] - offset
-        edges = jnp.linspace(0.0, 1.0, output_size + 1, dtype=box.dtype)
-        ys, xs = y0 + (y1 - y0) * edges, x0 + (x1 - x0) * edges
+        ys, xs = y0 + (y1 - y0) * edges, x0 + (x1 - x0) * edges  # (P + 1,)
         a, ay, by = _corner_weights(ys, h)
         b, ax, bx = _corner_weights(xs, w)
         a, b = a[:, None], b[None, :]
         ay, by = ay[:, None, None], by[:, None, None]
         ax, bx = ax[None, :, None], bx[None, :, None]
 
-        def at(table, i, j):  # (P+1, P+1, C)
+        def at(table, i, j):  # (P + 1, P + 1, C)
             return table[base + i * stride_len + j]
 
         q = (at(sat, a - 1, b - 1) + ax * at(rows, a - 1, b) + bx * at(rows, a - 1, b + 1)
              + ay * at(cols, a, b - 1) + by * at(cols, a + 1, b - 1)
              + ay * (ax * at(f, a, b) + bx * at(f, a, b + 1))
              + by * (ax * at(f, a + 1, b) + bx * at(f, a + 1, b + 1)))
+        # the in-map indicator's integral over each bin, for the mean added back
         ones_y, ones_x = _indicator_prefix(ys, h), _indicator_prefix(xs, w)
         inside = (ones_y[1:] - ones_y[:-1])[:, None] * (ones_x[1:] - ones_x[:-1])[None, :]
         pooled = q[1:, 1:] - q[:-1, 1:] - q[1:, :-1] + q[:-1, :-1]
@@ -296,4 +248,17 @@ def _prroi_pool_fpn_integral(levels, boxes, strides, output_size: int, aligned: 
         area = (ys[1:] - ys[:-1])[:, None] * (xs[1:] - xs[:-1])[None, :]
         return pooled / area[..., None]
 
-    return jax.vmap(one)(boxes, idx)
+    return jax.vmap(one)(boxes, levels_of_boxes)
+
+
+def prroi_pool_integral(features: jax.Array, boxes: jax.Array, *, output_size: int = 7,
+                        spatial_scale: float = 1.0, aligned: bool = True) -> jax.Array:
+    """`prroi_pool` computed from integral images: the same exact bin averages, at a
+    cost per box independent of the map's size (9 table reads per bin corner instead of
+    a contraction over the whole map; `_pool_integral`). Differentiable in the box
+    coordinates (the weights are the same piecewise quadratics); the prefix sums cost
+    some float32 precision, within 1e-4 of the features' scale for the smallest bins."""
+    features = _checked_pool_args(features, boxes, output_size, spatial_scale)
+    boxes = jnp.asarray(boxes, features.dtype)
+    return _pool_integral([features], boxes, jnp.zeros(len(boxes), jnp.int32),
+                          [1.0 / spatial_scale], int(output_size), aligned)
