@@ -20,7 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 from ebm_jax.data import images as image_data
 from ebm_jax.data.pipeline import HostShard, StepReader, batch_indices, image_batches

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from flax import nnx
 from ebm_jax.io import write_report
 from ebm_jax.models.detection_head import DetectionEnergyHead, refine_boxes
 from ebm_jax.ops import prroi_pool
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_protocol import interleaved  # noqa: E402
 
 
 def _cell_integral(a, b):
@@ -90,18 +94,6 @@ def bench_pool(num_boxes: int, map_size: int, channels: int, repeats: int = 5) -
 POOL_METHODS = ("dense", "integral")  # the head's PrRoIPool: whole-map contraction, integral images
 
 
-def _interleaved(calls: dict, rounds: int) -> dict:
-    """Each callable once per round, in turn (A B A B ...): median, min, max seconds."""
-    times = {k: [] for k in calls}
-    for _ in range(rounds):
-        for k, call in calls.items():
-            t0 = time.perf_counter()
-            call()
-            times[k].append(time.perf_counter() - t0)
-    return {k: {"median": float(np.median(v)), "min": min(v), "max": max(v)}
-            for k, v in times.items()}
-
-
 def bench_refine(num_boxes: int, image_size: int = 512, rounds: int = 3) -> dict:
     """Boxes refined per second (T = 10) by the paper-size head, with each pooling path,
     interleaved; and the largest difference between the paths' refined boxes."""
@@ -120,7 +112,7 @@ def bench_refine(num_boxes: int, image_size: int = 512, rounds: int = 3) -> dict
         out[m] = call()
         first[m] = time.perf_counter() - t0
         calls[m] = call
-    t = _interleaved(calls, rounds)
+    t = interleaved(calls, rounds)
     diff = float(np.abs(np.asarray(out["integral"][0]) - np.asarray(out["dense"][0])).max())
     return {"boxes": num_boxes, "image": image_size, "steps": 10, "rounds": rounds,
             "seconds_per_image": t, "first_call_seconds": first,
@@ -171,7 +163,7 @@ def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, poo
         call()
         first[m] = time.perf_counter() - t0
         calls[m] = call
-    t = _interleaved(calls, rounds)
+    t = interleaved(calls, rounds)
     return {"method": method, "boxes": boxes, "channels": channels, "hidden": hidden,
             "pool": pool, "levels": len(strides), "image": image_size,
             "num_samples": num_samples, "rounds": rounds, "seconds_per_step": t,

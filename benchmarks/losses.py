@@ -27,11 +27,8 @@ per K).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,6 +41,9 @@ from flax import nnx
 from ebm_jax.energy import batch_loss, make_loss
 from ebm_jax.io import write_report
 from ebm_jax.models import ToyEnergyMLP
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_protocol import TorchWorker, summary, torch_python  # noqa: E402
 
 BATCH = 32
 LOSSES = ("ml-is", "kld-is", "ml-mcmc-16", "nce", "nce+", "sm", "dsm")
@@ -102,39 +102,6 @@ def buffer_bytes(raw, args) -> dict | None:
         mem.argument_size_in_bytes), "outputs": int(mem.output_size_in_bytes)}
 
 
-class TorchWorker:
-    def __init__(self, python: str, threads: int):
-        self.proc = subprocess.Popen(
-            [python, str(HERE / "torch_losses.py"), "--threads", str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.info = json.loads(self.proc.stdout.readline())
-
-    def time(self, name, k, m, calls) -> dict:
-        self.proc.stdin.write(json.dumps({"loss": name, "k": k, "m": m,
-                                          "calls": calls}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the PyTorch worker stopped")
-        return json.loads(line)
-
-    def close(self):
-        self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-        self.proc.stdin.flush()
-        self.proc.wait(timeout=60)
-
-
-def torch_python() -> str:
-    out = subprocess.run(["bash", "-c", f"source {HERE / 'torch_env.sh'} >&2 && "
-                          "echo $TORCH_PYTHON"], check=True, capture_output=True, text=True,
-                         cwd=HERE.parent)
-    return out.stdout.strip().splitlines()[-1]
-
-
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
 def time_jax(fn, args, calls: int) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(calls):
@@ -152,7 +119,7 @@ def run_case(name, k, m, worker, rounds, round_seconds, memory) -> dict:
     row = {"loss": name, "k": k, "m": None if name == "sm" else m, "calls": calls,
            "value": float(value), "finite": bool(jnp.isfinite(value))}
     if worker is not None:
-        probe_t = worker.time(name, k, m, 1)
+        probe_t = worker.request(loss=name, k=k, m=m, calls=1)
         torch_calls = max(1, round(round_seconds / max(probe_t["wall"], 1e-7)))
         row["torch_calls"] = torch_calls
     jw, jc, tw, tc = [], [], [], []
@@ -161,7 +128,7 @@ def run_case(name, k, m, worker, rounds, round_seconds, memory) -> dict:
         jw.append(w)
         jc.append(c)
         if worker is not None:
-            r = worker.time(name, k, m, torch_calls)
+            r = worker.request(loss=name, k=k, m=m, calls=torch_calls)
             tw.append(r["wall"] / torch_calls)
             tc.append(r["cpu"] / torch_calls)
             row["torch_finite"] = r["finite"]
@@ -258,7 +225,8 @@ def main(argv=None) -> int:
     losses = args.losses.split(",")
     for name in losses:
         bound_loss(name, 1)  # unknown names fail before anything runs
-    worker = None if args.no_torch else TorchWorker(torch_python(), args.torch_threads)
+    worker = None if args.no_torch else TorchWorker(
+        torch_python(), "torch_losses.py", "--threads", str(args.torch_threads))
     load_start = os.getloadavg()
     rows = []
     from tqdm.auto import tqdm

@@ -32,11 +32,9 @@ Writes regression1d.json and regression1d.md under --out and prints the table.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from functools import partial
@@ -64,6 +62,9 @@ from ebm_jax.train.ensemble import (
 )
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_protocol import TorchWorker, summary  # noqa: E402
+
 TABLE1 = HERE.parent / "experiments" / "ebm_regression" / "table1_toy1d.py"
 STEPS_PER_EPOCH = math.ceil(2000 / 32)
 TARGET, STRETCH = 4.0, 5.0  # speed-up over eager PyTorch per epoch, every method
@@ -172,38 +173,6 @@ def jax_epoch_timer(method: str, dataset: int, num_samples: int, steps: int,
     return run, per_epoch
 
 
-class TorchWorker:
-    """`torch_regression1d.py --serve` in another Python: `time(method, steps)`."""
-
-    def __init__(self, python: str, threads: int, num_samples: int):
-        self.proc = subprocess.Popen(
-            [python, str(HERE / "torch_regression1d.py"), "--serve", "--threads",
-             str(threads), "--num-samples", str(num_samples)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the PyTorch worker ({python}) did not start")
-        self.info = json.loads(line)
-
-    def time(self, method: str, steps: int) -> dict:
-        self.proc.stdin.write(json.dumps({"method": method, "steps": steps}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the PyTorch worker stopped")
-        return json.loads(line)
-
-    def close(self) -> None:
-        self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
-        self.proc.stdin.flush()
-        self.proc.wait(timeout=60)
-
-
-def summary(values) -> dict:
-    values = sorted(values)
-    return {"median": float(np.median(values)), "min": values[0], "max": values[-1]}
-
-
 def _range(r: dict, fmt: str = "{:.3f}") -> str:
     return f"{fmt.format(r['median'])} ({fmt.format(r['min'])}-{fmt.format(r['max'])})"
 
@@ -265,8 +234,9 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()
     peak = matmul_peak_gflops()
     print(f"float32 matmul peak: {peak:.0f} GFLOP/s", flush=True)
-    worker = (TorchWorker(args.torch_python, args.threads, args.num_samples)
-              if args.torch_python else None)
+    worker = (TorchWorker(args.torch_python, "torch_regression1d.py", "--serve",
+                          "--threads", str(args.threads), "--num-samples",
+                          str(args.num_samples)) if args.torch_python else None)
     results = {}
     try:
         for m in args.methods:
@@ -274,14 +244,14 @@ def main(argv=None) -> int:
             scale = STEPS_PER_EPOCH / steps  # per call -> per epoch
             run, _ = jax_epoch_timer(m, args.dataset, args.num_samples, steps)
             if worker is not None:
-                worker.time(m, 1)  # builds the model and warms it up
+                worker.request(method=m, steps=1)  # builds the model, warms it up
             jw, jc, tw, tc = [], [], [], []
             for _ in range(args.rounds):  # A B A B
                 wall, cpu = run()
                 jw.append(wall * scale)
                 jc.append(cpu * scale)
                 if worker is not None:
-                    t = worker.time(m, steps)
+                    t = worker.request(method=m, steps=steps)
                     if not t["finite"]:
                         raise FloatingPointError(f"PyTorch {m}: non-finite loss")
                     tw.append(t["wall"] * scale)

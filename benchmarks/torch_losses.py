@@ -13,10 +13,7 @@ time a configuration is seen). {"quit": true} ends it.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -46,27 +43,16 @@ def main() -> int:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    seen = {}
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}),
-          flush=True)
-    for line in sys.stdin:
-        req = json.loads(line)
-        if req.get("quit"):
-            break
-        key = (req["loss"], req["k"], req["m"])
-        if key not in seen:
-            net = t1d.Net(y_dim=req["k"])
-            x = torch.rand(BATCH, 1) * 6 - 3
-            y = torch.randn(BATCH, req["k"])
-            seen[key] = (net, x, y, loss_fn(req["loss"], req["m"]))
-            run(*seen[key])  # warm-up
-        net, x, y, fn = seen[key]
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(req["calls"]):
-            value = run(net, x, y, fn)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        print(json.dumps({"wall": wall, "cpu": cpu, "finite": math.isfinite(value)}),
-              flush=True)
+
+    def prepare(req):
+        net = t1d.Net(y_dim=req["k"])
+        x = torch.rand(BATCH, 1) * 6 - 3
+        y = torch.randn(BATCH, req["k"])
+        fn = loss_fn(req["loss"], req["m"])
+        return lambda: run(net, x, y, fn)
+
+    t1d.serve_requests(prepare, key=lambda req: (req["loss"], req["k"], req["m"]),
+                       count="calls")
     return 0
 
 

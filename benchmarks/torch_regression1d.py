@@ -154,32 +154,43 @@ def time_method(loss_fn, data, steps, warmup, repeats):
     return best / steps * STEPS_PER_EPOCH
 
 
-def serve(data, num_samples: int) -> None:
-    """Worker mode (`--serve`), for interleaved timing: one JSON request per line on
-    stdin, {"method", "steps"}, answered with {"wall", "cpu", "finite"}: `steps` train
-    steps of that method's model (built, and warmed up with one step, at its first
-    request); {"quit": true} ends it."""
+def serve_requests(prepare, key, count: str) -> None:
+    """The worker loop of benchmarks/bench_protocol.py: prints {"torch", "threads"},
+    then answers each JSON request line on stdin with {"wall", "cpu", "finite"} for
+    `req[count]` calls of the runner `prepare(req)` made (and warmed up) for `key(req)`
+    at its first request; {"quit": true} ends it."""
     import sys
 
-    table, models = methods(num_samples), {}
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}),
           flush=True)
+    runners = {}
     for line in sys.stdin:
         req = json.loads(line)
         if req.get("quit"):
             break
-        name = req["method"]
-        if name not in models:
-            torch.manual_seed(0)
-            net = Net()
-            models[name] = (net, torch.optim.Adam(net.parameters(), lr=1e-3))
-            train_step(net, models[name][1], table[name], data)
-        net, opt = models[name]
+        if key(req) not in runners:
+            runners[key(req)] = prepare(req)
+            runners[key(req)]()  # warm-up
+        run = runners[key(req)]
         t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(req["steps"]):
-            loss = train_step(net, opt, table[name], data)
+        for _ in range(req[count]):
+            value = run()
         print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
-                          "finite": math.isfinite(loss)}), flush=True)
+                          "finite": math.isfinite(value)}), flush=True)
+
+
+def serve(data, num_samples: int) -> None:
+    """Worker mode (`--serve`): requests {"method", "steps"}, `steps` train steps of
+    that method's model (built at its first request)."""
+    table = methods(num_samples)
+
+    def prepare(req):
+        torch.manual_seed(0)
+        net = Net()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        return lambda: train_step(net, opt, table[req["method"]], data)
+
+    serve_requests(prepare, key=lambda req: req["method"], count="steps")
 
 
 def train_step(net, opt, loss_fn, data) -> float:

@@ -1,0 +1,72 @@
+"""The side-by-side protocol the benchmarks share: an eager PyTorch worker in another
+Python (PyTorch's CPU wheel may exist only for another Python than the project's),
+timed on request, so that the two sides alternate (A B A B ...); and the median with
+min and max of each side's rounds.
+
+The worker reads one JSON request per line on stdin and answers one JSON line; its
+first line describes it ({"torch": version, "threads": n}); {"quit": true} ends it
+(`serve_requests` in torch_regression1d.py is the worker's side).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+class TorchWorker:
+    """`python HERE/script *args` as a worker: `request(**fields) -> dict`."""
+
+    def __init__(self, python: str, script: str, *args: str):
+        self.proc = subprocess.Popen([python, str(HERE / script), *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the PyTorch worker {script} ({python}) did not start")
+        self.info = json.loads(line)
+
+    def request(self, **fields) -> dict:
+        self.proc.stdin.write(json.dumps(fields) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the PyTorch worker stopped")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.write(json.dumps({"quit": True}) + "\n")
+        self.proc.stdin.flush()
+        self.proc.wait(timeout=60)
+
+
+def torch_python() -> str:
+    """The Python with torch that benchmarks/torch_env.sh finds (or makes)."""
+    out = subprocess.run(["bash", "-c", f"source {HERE / 'torch_env.sh'} >&2 && "
+                          "echo $TORCH_PYTHON"], check=True, capture_output=True,
+                         text=True, cwd=HERE.parent)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def summary(values) -> dict:
+    """Median, min and max of a side's rounds."""
+    values = [float(v) for v in values]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def interleaved(calls: dict[str, Callable[[], object]], rounds: int) -> dict:
+    """Each callable once per round, in turn (A B A B ...): `summary` of its wall
+    seconds."""
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for k, call in calls.items():
+            t0 = time.perf_counter()
+            call()
+            times[k].append(time.perf_counter() - t0)
+    return {k: summary(v) for k, v in times.items()}
