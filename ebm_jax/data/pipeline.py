@@ -7,7 +7,7 @@ checkpointable, and the same batches as the in-memory path.
     it.get_state() / it.set_state(...)                                # checkpointable
 
 The batch of step s is a pure function of (seed, s): epoch e = s // steps_per_epoch
-takes the permutation `epoch_order(seed, e, n)` of the n items and step s its
+takes a permutation of the n items drawn from (seed, e) alone and step s its
 (s mod steps_per_epoch)-th slice of `batch_size` (the last partial batch of an epoch is
 dropped). The in-memory recipes index their arrays with the same `batch_indices`, so
 the two paths train on the same batches, and a stopped run resumes at the step it
@@ -32,14 +32,10 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def epoch_order(seed: int, epoch: int, num_items: int) -> np.ndarray:
+@functools.lru_cache(maxsize=4)  # one permutation per epoch, not per step
+def _epoch_order(seed: int, epoch: int, num_items: int) -> np.ndarray:
     """The order of the items in epoch `epoch`: a permutation drawn from (seed, epoch)
     alone (NumPy's PCG64), so any epoch can be recomputed without the ones before."""
-    return _epoch_order(int(seed), int(epoch), int(num_items)).copy()
-
-
-@functools.lru_cache(maxsize=4)
-def _epoch_order(seed: int, epoch: int, num_items: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(num_items)
 
 
@@ -202,7 +198,6 @@ __all__ = [
     "HostShard",
     "StepReader",
     "batch_indices",
-    "epoch_order",
     "image_batches",
     "read_rows",
     "step_batches",

@@ -205,7 +205,6 @@ def pretrain(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
         built.model.fill_bank(extract_features(built.model.encoder, data.train_images,
                                                use_head=True))
     n, b = len(data.train_images), cfg.batch_size
-    steps_per_epoch = n // b
     lr = cfg.instdisc_learning_rate if spec.method == "instdisc" else cfg.learning_rate
     opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay),
                       optax.sgd(optax.cosine_decay_schedule(lr, stage.num_steps),

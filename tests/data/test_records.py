@@ -2,6 +2,7 @@
 (no TensorFlow), and the grain pipeline reads it deterministically, per host and from a
 checkpointed iterator position."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -148,9 +149,8 @@ def test_batches_are_the_in_memory_batches(digits):
         np.testing.assert_array_equal(ds[s]["index"], idx)
         np.testing.assert_array_equal(ds[s]["image"], loaded.train_images[idx])
         np.testing.assert_array_equal(ds[s]["label"], loaded.train_labels[idx])
-    in_memory = image_batches(loaded.__class__(**{
-        **{f.name: getattr(loaded, f.name) for f in loaded.__dataclass_fields__.values()},
-        "records": None}), batch_size=32, seed=11, num_steps=20, shard=HostShard())
+    in_memory = image_batches(dataclasses.replace(loaded, records=None), batch_size=32,
+                              seed=11, num_steps=20, shard=HostShard())
     np.testing.assert_array_equal(in_memory[7]["image"], ds[7]["image"])
     # an epoch visits each item once
     epoch = np.concatenate([batch_indices(11, s, 200, 32) for s in range(6)])
