@@ -9,8 +9,10 @@ from ebm_jax.energy.hessian import (
 from ebm_jax.energy.langevin import langevin_chains
 from ebm_jax.energy.losses import (
     LOSSES,
+    BatchedEnergy,
     batch_loss,
     dsm_loss,
+    energies,
     kld_is_loss,
     log_partition_is,
     make_loss,
@@ -18,6 +20,7 @@ from ebm_jax.energy.losses import (
     ml_mcmc_loss,
     nce_loss,
     nce_plus_loss,
+    scores,
     sm_loss,
 )
 from ebm_jax.energy.predict import gradient_ascent, make_predictor
@@ -31,9 +34,11 @@ from ebm_jax.energy.proposals import (
 __all__ = [
     "BETA_SCALES",
     "LOSSES",
+    "BatchedEnergy",
     "GaussianMixture",
     "batch_loss",
     "dsm_loss",
+    "energies",
     "exact_hessian_trace",
     "gaussian_mixture",
     "grad_and_hessian_trace",
@@ -49,5 +54,6 @@ __all__ = [
     "ml_mcmc_loss",
     "nce_loss",
     "nce_plus_loss",
+    "scores",
     "sm_loss",
 ]

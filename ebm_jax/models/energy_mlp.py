@@ -8,6 +8,15 @@
 
 Weights and biases are initialised as PyTorch's `nn.Linear` does (uniform in
 +-1/sqrt(fan_in)), the initialisation of the published experiments.
+
+`ToyEnergyMLP.many(x, ys)` evaluates the same network for one x and many targets (the M
+samples of a loss) in another form: each hidden unit is an array over the targets and
+each layer is written out as multiply-adds of such arrays, so XLA fuses a whole layer,
+its tanh included, into one elementwise loop over the targets. With 10-wide layers, the
+vmapped form spends its time in tiny matrix products and the transposes around them:
+on XLA's CPU backend the written-out form is about 2x faster forward and 2.5x faster
+for the gradient in y (the Langevin and DSM scores). It is used up to
+`MANY_MAX_HIDDEN` hidden units; wider networks call `__call__` on all rows at once.
 """
 
 from __future__ import annotations
@@ -26,6 +35,23 @@ def _torch_uniform(fan_in: int):
         return jax.random.uniform(key, shape, dtype, -bound, bound)
 
     return init
+
+
+MANY_MAX_HIDDEN = 16  # wider: `many` calls __call__ (written-out layers grow as width^2)
+
+
+def _units(kernel: jax.Array, bias: jax.Array, inputs: list[jax.Array],
+           act=None) -> list[jax.Array]:
+    """act(bias_o + sum_i kernel[i, o] inputs[i]) for every output unit o: a dense layer
+    on a list of same-shaped arrays, one per input unit, written out as multiply-adds."""
+    outputs = []
+    for o in range(kernel.shape[1]):
+        z = kernel[0, o] * inputs[0]
+        for i in range(1, len(inputs)):
+            z = z + kernel[i, o] * inputs[i]
+        z = z + bias[o]
+        outputs.append(z if act is None else act(z))
+    return outputs
 
 
 def _linear(d_in: int, d_out: int, rngs: nnx.Rngs) -> nnx.Linear:
@@ -57,6 +83,27 @@ class ToyEnergyMLP(nnx.Module):
         h = jnp.tanh(self.res1(h)) + h
         h = jnp.tanh(self.res2(h)) + h
         return self.out(h)[..., 0]
+
+    def many(self, x: jax.Array, ys: jax.Array) -> jax.Array:
+        """f(x, y) for one x (x_dim,) and every row y of ys (..., y_dim) -> (...): the
+        same function as `__call__` vmapped over the rows of ys (equal to float32
+        rounding), written unit by unit (see the module docstring)."""
+        hidden = self.res1.kernel.shape[0]
+        if hidden > MANY_MAX_HIDDEN or jnp.ndim(x) != 1:
+            return self(x, ys)  # the layers broadcast x over the rows of ys
+        if ys.shape[-1] != self.y1.kernel.shape[0]:
+            raise ValueError(f"ys must have shape (..., {self.y1.kernel.shape[0]}), "
+                             f"got {ys.shape}")
+        hx = jax.nn.relu(self.x2(jax.nn.relu(self.x1(x))))  # (hidden,): once per x
+        w = self.joint.kernel[...]
+        a = hx @ w[:hidden] + self.joint.bias[...]
+        columns = [ys[..., k] for k in range(ys.shape[-1])]
+        u = _units(self.y1.kernel[...], self.y1.bias[...], columns, jnp.tanh)
+        h = _units(w[hidden:], a, u, jnp.tanh)
+        for layer in (self.res1, self.res2):
+            t = _units(layer.kernel[...], layer.bias[...], h, jnp.tanh)
+            h = [ti + hi for ti, hi in zip(t, h)]
+        return _units(self.out.kernel[...], self.out.bias[...], h)[0]
 
 
 def count_parameters(module: nnx.Module) -> int:

@@ -34,7 +34,7 @@ from flax import nnx
 
 from ebm_jax.data.pipeline import HostShard
 from ebm_jax import checks
-from ebm_jax.energy import batch_loss
+from ebm_jax.energy import BatchedEnergy, batch_loss
 from ebm_jax.models import ToyEnergyMLP
 from ebm_jax.train.state import TrainState, init_train_state
 from ebm_jax.train.step import TrainStep, make_mesh, make_train_step
@@ -65,6 +65,27 @@ def energy_fn(graphdef) -> Callable:
     return energy
 
 
+@functools.lru_cache(maxsize=16)
+def energy_many_fn(graphdef) -> Callable:
+    """many(params, x, ys) -> f(x, y) for every row of ys (one x), the batched form of
+    `energy_fn(graphdef)`: the model's `many` method where it has one (as
+    `ToyEnergyMLP.many`), else its `__call__` on all rows at once."""
+
+    def many(params, x, ys):
+        model = nnx.merge(graphdef, params)
+        fn = getattr(model, "many", None)
+        return fn(x, ys) if fn is not None else model(x, ys)
+
+    return many
+
+
+def bind_energy(graphdef, params) -> BatchedEnergy:
+    """The energy of one model with `params` for the losses of `ebm_jax.energy`: f(x, y)
+    and its batched form over the targets of one example (`BatchedEnergy`)."""
+    return BatchedEnergy(partial(energy_fn(graphdef), params),
+                         partial(energy_many_fn(graphdef), params))
+
+
 def make_ensemble_loss(graphdef, loss: Callable) -> Callable:
     """`loss_fn(model, batch, key)` for `ebm_jax.train`: the model holds parameters
     stacked over the ensemble, the batch is (x, y, w) of shape (B, N, 1), (B, N, 1),
@@ -73,8 +94,6 @@ def make_ensemble_loss(graphdef, loss: Callable) -> Callable:
     Returns the sum of the N models' batch losses (see the module docstring) and their
     mean and max as metrics. Model j's key is `fold_in(step key, j)`.
     """
-    energy = energy_fn(graphdef)
-
     def loss_fn(model, batch, key):
         params = nnx.state(model, nnx.Param)
         x, y, w = batch
@@ -82,7 +101,7 @@ def make_ensemble_loss(graphdef, loss: Callable) -> Callable:
         keys = jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(n))
 
         def one(p, xm, ym, wm, k):
-            return batch_loss(loss, partial(energy, p), xm, ym, k, wm)
+            return batch_loss(loss, bind_energy(graphdef, p), xm, ym, k, wm)
 
         losses = jax.vmap(one, in_axes=(0, 1, 1, 1, 0))(params, x, y, w, keys)
         return jnp.sum(losses), {"mean_model_loss": jnp.mean(losses),
@@ -193,6 +212,7 @@ def ensemble_training(
     return EnsembleTraining(graphdef, state, step_fn, batches, steps)
 
 
-__all__ = ["BYTES_PER_EVALUATION", "EnsembleTraining", "energy_fn", "ensemble_bytes",
+__all__ = ["BYTES_PER_EVALUATION", "EnsembleTraining", "bind_energy", "energy_fn",
+           "energy_many_fn", "ensemble_bytes",
            "ensemble_training", "init_ensemble", "make_ensemble_loss",
            "make_epoch_batches"]

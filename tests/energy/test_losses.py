@@ -344,3 +344,61 @@ def test_batch_size_mismatch():
 def test_batched_y_to_per_example_loss_is_rejected():
     with pytest.raises(ValueError, match=r"shape \(K,\)"):
         nce_loss(f_jax, X, jnp.zeros((3, 2)), KEY, sigmas=(0.1,), num_samples=2)
+
+
+@pytest.mark.parametrize("method,y_dim", [(m, 1) for m in sorted(ALL)] + [("nce", 2)])
+def test_batched_energy_gives_the_plain_losses_and_gradients(method, y_dim):
+    """The fast path (a `BatchedEnergy`: `ToyEnergyMLP.many` scoring the M samples of an
+    example at once) against the plain one (the network vmapped over the samples): the
+    same loss and parameter gradients to float32 rounding."""
+    from ebm_jax.energy import BatchedEnergy
+
+    hp = dict(ALL[method])
+    if method != "sm":
+        hp["num_samples"] = 64
+    loss = make_loss(method, **hp)
+    graphdef, params = nnx.split(ToyEnergyMLP(rngs=nnx.Rngs(1), y_dim=y_dim), nnx.Param)
+    xs = jnp.linspace(-2, 2, 4, dtype=jnp.float32)[:, None]
+    ys = jnp.stack([jnp.linspace(-1, 1, 4, dtype=jnp.float32)] * y_dim, -1)
+
+    def objective(p, batched):
+        model = nnx.merge(graphdef, p)
+        energy = BatchedEnergy(model, model.many) if batched else model
+        return batch_loss(loss, energy, xs, ys, jax.random.key(2))
+
+    plain, g_plain = jax.jit(jax.value_and_grad(lambda p: objective(p, False)))(params)
+    fast, g_fast = jax.jit(jax.value_and_grad(lambda p: objective(p, True)))(params)
+    np.testing.assert_allclose(fast, plain, rtol=1e-5, atol=1e-6)
+    scale = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(g_plain))
+    for a, b in zip(jax.tree.leaves(g_fast), jax.tree.leaves(g_plain)):
+        # float32 rounding of O(1) energies floors the absolute error near 1e-7
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=max(1e-5 * scale, 1e-6))
+
+
+def test_batched_langevin_equals_per_chain_langevin():
+    chains = 16
+    y0 = jnp.tile(jnp.asarray(Y, jnp.float32), (chains, 1))
+    per_chain = langevin_chains(lambda yy: f_jax(X, yy), y0, KEY, num_steps=6,
+                                step_size=0.05)
+    batched = langevin_chains(lambda ys: jax.vmap(lambda yy: f_jax(X, yy))(ys), y0, KEY,
+                              num_steps=6, step_size=0.05, batched=True)
+    np.testing.assert_allclose(batched, per_chain, rtol=1e-6, atol=1e-6)
+
+
+def test_langevin_loop_is_not_compiled_as_one_small_kernel():
+    """XLA's CPU backend would compile the chains' loop into one single-threaded kernel
+    (10x slower at the paper's size) without `keep_loop_parallel`'s sort."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("a CPU-backend compilation choice")
+    model = ToyEnergyMLP(rngs=nnx.Rngs(0))
+    x = jnp.zeros((8, 1))
+    y0 = jnp.zeros((8, 64, 1))
+
+    def run(x, y0):
+        return jax.vmap(lambda xx, yy: langevin_chains(
+            lambda ys: model.many(xx, ys), yy, KEY, num_steps=5, step_size=0.1,
+            batched=True))(x, y0)
+
+    hlo = jax.jit(run).lower(x, y0).compile().as_text()
+    small_calls = [line for line in hlo.splitlines() if 'xla_cpu_small_call="true"' in line]
+    assert not [line for line in small_calls if "f32[8,64,1]" in line.split(" call(")[0]]

@@ -69,3 +69,39 @@ def test_bad_beta():
         gaussian_mixture((0.1,)).scaled(-0.1)
     with pytest.raises(ValueError, match="scale must be one of"):
         gaussian_mixture((0.1,)).scaled(0.1, scale="var")
+
+
+def test_log_prob_equals_logsumexp_over_components():
+    """The written-out log-sum-exp equals jax.scipy's over a component axis, also far
+    from the centre, where all but one component underflow."""
+    from jax.scipy.special import logsumexp
+
+    sigmas = (0.05, 0.3, 2.0)
+    q = gaussian_mixture(sigmas)
+    c = jnp.array([0.2, -0.1])
+    y = c + jnp.concatenate([
+        jax.random.normal(jax.random.key(0), (500, 2)),
+        jnp.array([[0.0, 0.0], [40.0, -3.0], [1e3, 1e3]]),
+    ])
+    sq = jnp.sum(jnp.square(y - c), -1)[:, None]
+    sig = jnp.asarray(sigmas)
+    comp = -0.5 * sq / sig**2 - 2 * jnp.log(sig) - jnp.log(2 * jnp.pi)
+    ref = logsumexp(comp, axis=-1) - jnp.log(3.0)
+    np.testing.assert_allclose(q.log_prob(y, c), ref, rtol=2e-6, atol=2e-6)
+    g = jax.grad(lambda yy: jnp.sum(q.log_prob(yy, c)))(y)
+    g_ref = jax.grad(lambda yy: jnp.sum(
+        logsumexp(-0.5 * jnp.sum(jnp.square(yy - c), -1)[:, None] / sig**2
+                  - 2 * jnp.log(sig), axis=-1)))(y)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sample_key_use_is_documented():
+    """sample: split(key) into (component key, noise key); y = c + sigma_comp * eps."""
+    sigmas = (0.1, 0.8, 3.0)
+    q = gaussian_mixture(sigmas)
+    key, c = jax.random.key(7), jnp.array([0.5, -1.0])
+    k_comp, k_eps = jax.random.split(key)
+    comp = jax.random.randint(k_comp, (64,), 0, 3)
+    eps = jax.random.normal(k_eps, (64, 2))
+    expected = c + jnp.asarray(sigmas)[comp][:, None] * eps
+    np.testing.assert_array_equal(q.sample(key, c, 64), expected)
