@@ -62,11 +62,23 @@ def summary(values) -> dict:
 
 def interleaved(calls: dict[str, Callable[[], object]], rounds: int) -> dict:
     """Each callable once per round, in turn (A B A B ...): `summary` of its wall
-    seconds."""
-    times: dict[str, list[float]] = {k: [] for k in calls}
+    seconds (`interleaved_wall_cpu` gives CPU seconds too)."""
+    return {k: v["wall"] for k, v in interleaved_wall_cpu(calls, rounds).items()}
+
+
+def interleaved_wall_cpu(calls: dict[str, Callable[[], object]], rounds: int,
+                         per: dict[str, float] | None = None) -> dict:
+    """As `interleaved` (A B A B ...), timing each call in wall seconds
+    (time.perf_counter) and in process CPU seconds (time.process_time, all threads),
+    each divided by `per[name]` where given (e.g. the steps a call runs):
+    {name: {"wall": summary, "cpu": summary}}."""
+    times = {k: {"wall": [], "cpu": []} for k in calls}
     for _ in range(rounds):
         for k, call in calls.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             call()
-            times[k].append(time.perf_counter() - t0)
-    return {k: summary(v) for k, v in times.items()}
+            times[k]["wall"].append(time.perf_counter() - t0)
+            times[k]["cpu"].append(time.process_time() - c0)
+    per = per or {}
+    return {k: {kind: summary([t / per.get(k, 1) for t in v[kind]]) for kind in v}
+            for k, v in times.items()}

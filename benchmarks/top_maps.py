@@ -6,16 +6,20 @@ recall against the number of kept proposals, IoU 0.5).
 
 - Speed: seconds per frame of `top_map` on a real photo (scikit-image's astronaut,
   512x512, the point on the face) and on the same photo at the training frame size
-  (--train-size, default 200x200), median [min, max] over --repeats after one warm-up
-  call; and per component, timed apart through the public functions: random proposals,
-  EdgeBoxes (edge map, orientation, proposals; with the downscaling), cues (objectness of
-  all proposals; with the downscaling), NMS, and the score map. One thread: OpenCV's
-  pool set to 1 and the BLAS/OpenMP variables to 1 before NumPy starts.
+  (--train-size, default 200x200), median [min, max] over --repeats (alias --rounds)
+  rounds after one untimed warm-up round; and per component, timed apart through the
+  public functions: random proposals, EdgeBoxes (edge map, orientation, proposals; with
+  the downscaling), cues (objectness of all proposals; with the downscaling), NMS, and
+  the score map. Each round times every component, then `top_map`, once. Every time is
+  taken in wall time (time.perf_counter) and in process CPU time (time.process_time).
+  One thread: OpenCV's pool set to 1 and the BLAS/OpenMP variables to 1 before NumPy
+  starts. The load average is recorded before and after the run.
 - Recall (with --data, a split directory of the generated benchmark or any GOT-10k
   layout with points.txt): for every --stride-th frame whose target is visible and whose
   point (--points: the exact or the noisy one) lies in the frame, up to --max-frames, the
   kept boxes of `top_boxes`; the fraction of frames whose first k boxes hold one with
-  IoU >= 0.5 with the true box, for k = 1, 2, 4, ..., keep.
+  IoU >= 0.5 with the true box, for k = 1, 2, 4, ..., keep; and the wall and CPU
+  seconds of `top_boxes` on those frames, median [min, max].
 
 Writes top_maps.json and top_maps.md under --out.
 """
@@ -40,16 +44,17 @@ from ebm_jax.io import write_report  # noqa: E402
 from ebm_jax.train.records import cpu_name  # noqa: E402
 from ebm_jax.tracking import top_maps as tm  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_protocol import summary  # noqa: E402
+
 COMPONENTS = ("random", "edgeboxes", "cues", "nms", "map")
 PAPER_SECONDS_512 = 0.4
 FACE_POINT_512 = (228.0, 118.0)  # x, y (1-indexed) on the astronaut's face
 
 
 def spread(values) -> dict:
-    """Median, min and max of per-repeat values, and the values."""
-    v = np.asarray(values, np.float64)
-    return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max()),
-            "values": v.tolist()}
+    """Median, min and max of per-round values (`summary`), and the values."""
+    return {**summary(values), "values": [float(v) for v in values]}
 
 
 def photo(size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,38 +69,42 @@ def photo(size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _timed(fn, *args):
-    start = time.perf_counter()
+    """fn(*args), its wall seconds and its process CPU seconds."""
+    start, cpu = time.perf_counter(), time.process_time()
     out = fn(*args)
-    return out, time.perf_counter() - start
+    return out, (time.perf_counter() - start, time.process_time() - cpu)
 
 
 def time_frame(image, point, settings, seed: int = 0) -> dict:
-    """Seconds of each component on one frame, and of `top_map` as a whole."""
-    seconds = {}
-    boxes, seconds["random"] = _timed(tm.random_proposals, image.shape, point, settings,
-                                      np.random.default_rng(seed))
-    near, seconds["edgeboxes"] = _timed(tm.edgebox_proposals, image, point, settings)
+    """(wall, CPU) seconds of each component on one frame, and of `top_map` as a whole;
+    and the number of proposals."""
+    t = {}
+    boxes, t["random"] = _timed(tm.random_proposals, image.shape, point, settings,
+                                np.random.default_rng(seed))
+    near, t["edgeboxes"] = _timed(tm.edgebox_proposals, image, point, settings)
     boxes = np.concatenate([boxes, near])
-    scores, seconds["cues"] = _timed(tm.objectness, image, boxes, settings)
-    kept, seconds["nms"] = _timed(tm.nms, boxes, scores, settings.nms_iou, settings.keep)
-    _, seconds["map"] = _timed(tm.score_map, image.shape[:2], boxes[kept], scores[kept])
-    _, seconds["top_map"] = _timed(tm.top_map, image, point, settings, seed)
-    seconds["proposals"] = len(boxes)
-    return seconds
+    scores, t["cues"] = _timed(tm.objectness, image, boxes, settings)
+    kept, t["nms"] = _timed(tm.nms, boxes, scores, settings.nms_iou, settings.keep)
+    _, t["map"] = _timed(tm.score_map, image.shape[:2], boxes[kept], scores[kept])
+    _, t["top_map"] = _timed(tm.top_map, image, point, settings, seed)
+    t["proposals"] = len(boxes)
+    return t
 
 
 def speed(size: int, settings, repeats: int) -> dict:
     image, point = photo(size)
     time_frame(image, point, settings)  # warm-up: imports, first allocations
     runs = [time_frame(image, point, settings) for _ in range(repeats)]
+    keys = ("top_map",) + COMPONENTS
     return {"size": size, "point": point.tolist(), "proposals": runs[0]["proposals"],
-            "seconds": {k: spread([r[k] for r in runs]) for k in ("top_map",) + COMPONENTS}}
+            "seconds": {k: spread([r[k][0] for r in runs]) for k in keys},
+            "cpu_seconds": {k: spread([r[k][1] for r in runs]) for k in keys}}
 
 
 def recall(data: Path, settings, points: str, stride: int, max_frames: int) -> dict:
     from ebm_jax.data.sequences import read_got10k
 
-    kept, truths, seconds, skipped = [], [], [], 0
+    kept, truths, seconds, skipped = [], [], [], 0  # seconds: (wall, CPU) per frame
     for seq in read_got10k(data):
         where = getattr(seq, points)
         if where is None:
@@ -118,7 +127,8 @@ def recall(data: Path, settings, points: str, stride: int, max_frames: int) -> d
     ks = [2**j for j in range(20) if 2**j < settings.keep] + [settings.keep]
     values = tm.recall_at(kept, np.asarray(truths), ks, iou=0.5)
     return {"data": str(data), "points": points, "frames": len(kept), "skipped": skipped,
-            "frame_size_seconds": spread(seconds), "ks": ks,
+            "frame_size_seconds": spread([w for w, _ in seconds]),
+            "frame_size_cpu_seconds": spread([c for _, c in seconds]), "ks": ks,
             "recall": [float(v) for v in values]}
 
 
@@ -128,28 +138,34 @@ def _fmt(x: dict, digits: int = 4) -> str:
 
 def markdown(report: dict) -> str:
     env, runs = report["environment"], report["speed"]
-    header = " | ".join(f"{r['size']}x{r['size']} s" for r in runs)
+    header = " | ".join(f"{r['size']}x{r['size']} s | {r['size']}x{r['size']} CPU s"
+                        for r in runs)
     lines = [f"TOP maps: seconds per frame, median [min, max] over {report['repeats']} "
-             f"repeats (paper: {PAPER_SECONDS_512} s at 512x512); cues and EdgeBoxes on a "
-             f"copy with the longer side {report['settings']['cue_size']} px; "
-             f"{runs[0]['proposals']} proposals at {runs[0]['size']} px.", "",
-             f"| component | {header} |", "|---|" + "---:|" * len(runs)]
+             f"rounds, wall and process CPU time (paper: {PAPER_SECONDS_512} s at "
+             f"512x512); cues and EdgeBoxes on a copy with the longer side "
+             f"{report['settings']['cue_size']} px; {runs[0]['proposals']} proposals at "
+             f"{runs[0]['size']} px; load average {env['load_average_before'][0]} before, "
+             f"{env['load_average_after'][0]} after.", "",
+             f"| component | {header} |", "|---|" + "---:|" * 2 * len(runs)]
     for key in ("top_map",) + COMPONENTS:
         label = "**top_map (whole)**" if key == "top_map" else key
-        lines.append(f"| {label} | " + " | ".join(_fmt(r["seconds"][key]) for r in runs)
-                     + " |")
+        lines.append(f"| {label} | " + " | ".join(
+            f"{_fmt(r['seconds'][key])} | {_fmt(r['cpu_seconds'][key])}" for r in runs)
+            + " |")
     if "recall" in report:
         rec = report["recall"]
         lines += ["", f"Recall at IoU 0.5 against the number of kept proposals (SoCL Fig. 4) "
                   f"on {rec['frames']} frames of {rec['data']} ({rec['points']}; "
                   f"{rec['skipped']} frames skipped: target absent or point outside); "
-                  f"{_fmt(rec['frame_size_seconds'])} s per frame there.", "",
+                  f"{_fmt(rec['frame_size_seconds'])} s per frame there "
+                  f"({_fmt(rec['frame_size_cpu_seconds'])} CPU s).", "",
                   "| kept | " + " | ".join(str(k) for k in rec["ks"]) + " |",
                   "|---|" + "---:|" * len(rec["ks"]),
                   "| recall | " + " | ".join(f"{v:.3f}" for v in rec["recall"]) + " |"]
     lines += ["", f"Machine: {env['cpu_count']} CPU cores ({env['cpu']}), one thread; "
               f"{env['platform']}; NumPy {env['numpy']}, OpenCV {env['cv2']}; load average "
-              f"{env['load_average_before']} before the run."]
+              f"{env['load_average_before']} before the run, {env['load_average_after']} "
+              "after."]
     return "\n".join(lines) + "\n"
 
 
@@ -169,13 +185,15 @@ def run(args) -> dict:
     if args.data is not None:
         report["recall"] = recall(args.data, settings, args.points, args.stride,
                                   args.max_frames)
+    report["environment"]["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     return report
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path("results/bench"))
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", "--rounds", dest="repeats", type=int, default=5,
+                   help="timed rounds per frame size (after one warm-up round)")
     p.add_argument("--train-size", type=int, default=200,
                    help="side of the square training-size frame (px)")
     p.add_argument("--data", type=Path, default=None,
@@ -186,7 +204,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     for name, low in (("repeats", 1), ("train_size", 8), ("stride", 1), ("max_frames", 1)):
         if getattr(args, name) < low:
-            p.error(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+            flag = "--repeats (--rounds)" if name == "repeats" else f"--{name.replace('_', '-')}"
+            p.error(f"{flag} must be >= {low}, got {getattr(args, name)}")
     if args.data is not None and not args.data.is_dir():
         p.error(f"--data {args.data} is not a directory")
     report = run(args)
