@@ -19,7 +19,10 @@ the hyperparameters of the paper variant of experiments/ebm_regression/table1_to
   side's seconds per epoch is the median of its rounds, with min and max, in wall and
   in process CPU time; the speed-up is PyTorch's median over JAX's, for both. The load
   average is recorded before and after.
-- FLOPs per epoch from XLA's cost analysis of one unscanned train step. XLA counts a
+- FLOPs per epoch from XLA's cost analysis of one unscanned train step with the network
+  vmapped over the M samples (the plain form). The recipe computes the samples with the
+  batched network (`ToyEnergyMLP.many`), the same multiply-adds, but XLA's cost
+  analysis leaves most of its fused elementwise kernels uncounted (10x too few FLOPs). XLA counts a
   scan body once, so for ML-MCMC-L the step is analysed with L = 1 and (L - 1) times the
   cost of one Langevin update of the batch is added. GFLOP/s achieved against the CPU's
   float32 matmul peak measured here (best of a few 2048^3 matmuls in XLA).
@@ -104,7 +107,7 @@ def _flops(compiled) -> float:
 def step_flops(method: str, dataset: int, num_samples: int, batch: int = 32) -> float:
     """FLOPs of one train step (loss, gradient and Adam update) of one model."""
     name, hp, _, graphdef, params = _setup(method, dataset, num_samples)
-    energy = energy_fn(graphdef)
+    energy = energy_fn(graphdef)  # the plain form, whose FLOPs XLA counts
     params = jax.tree.map(lambda a: a[0], params)
     optimizer = optax.adam(1e-3)
     opt_state = optimizer.init(params)
