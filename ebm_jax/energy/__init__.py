@@ -22,6 +22,7 @@ from ebm_jax.energy.losses import (
     nce_plus_loss,
     scores,
     sm_loss,
+    uses_many,
 )
 from ebm_jax.energy.predict import gradient_ascent, make_predictor
 from ebm_jax.energy.proposals import (
@@ -56,4 +57,5 @@ __all__ = [
     "nce_plus_loss",
     "scores",
     "sm_loss",
+    "uses_many",
 ]

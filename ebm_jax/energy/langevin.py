@@ -41,6 +41,7 @@ def langevin_chains(
     num_steps: int,
     step_size: float,
     batched: bool = False,
+    parallel_loop: bool = False,
 ) -> jax.Array:
     """Runs one Langevin chain from each row of y0 (shape (M, K)); returns (M, K).
 
@@ -50,6 +51,9 @@ def langevin_chains(
         row m depending on ys[m] only (its gradient is then that of the sum).
       y0: starting points, one chain per row.
       key: PRNG key; step l uses `fold_in(key, l)`.
+      parallel_loop: tie every step to `keep_loop_parallel`, for chains whose
+        per-step kernels are large (ML-MCMC with a `BatchedEnergy`); on few chains
+        XLA's single small-loop kernel is the faster choice.
       num_steps: L >= 1.
       step_size: alpha > 0.
     """
@@ -63,7 +67,7 @@ def langevin_chains(
     def step(y, i):
         eps = jax.random.normal(jax.random.fold_in(key, i), y.shape, y.dtype)
         y = y + (0.5 * alpha**2) * grad(y) + alpha * eps
-        return keep_loop_parallel(y), None
+        return (keep_loop_parallel(y) if parallel_loop else y), None
 
     y, _ = jax.lax.scan(step, jnp.asarray(y0), jnp.arange(num_steps))
     return jax.lax.stop_gradient(y)

@@ -397,8 +397,22 @@ def test_langevin_loop_is_not_compiled_as_one_small_kernel():
     def run(x, y0):
         return jax.vmap(lambda xx, yy: langevin_chains(
             lambda ys: model.many(xx, ys), yy, KEY, num_steps=5, step_size=0.1,
-            batched=True))(x, y0)
+            batched=True, parallel_loop=True))(x, y0)
 
     hlo = jax.jit(run).lower(x, y0).compile().as_text()
     small_calls = [line for line in hlo.splitlines() if 'xla_cpu_small_call="true"' in line]
     assert not [line for line in small_calls if "f32[8,64,1]" in line.split(" call(")[0]]
+
+
+def test_batched_energy_below_min_rows_uses_the_per_target_energy():
+    from ebm_jax.energy import BatchedEnergy, energies, scores, uses_many
+
+    def many(x, ys):
+        raise AssertionError("many must not be called below min_rows")
+
+    energy = BatchedEnergy(f_jax, many, min_rows=9)
+    ys = jnp.tile(jnp.asarray(Y, jnp.float32), (8, 1))
+    assert not uses_many(energy, 8) and uses_many(energy, 9)
+    np.testing.assert_allclose(energies(energy, X, ys), f_np(X, np.asarray(ys)), rtol=1e-5)
+    np.testing.assert_allclose(scores(energy, X, ys), grad_np(X, np.asarray(ys)),
+                               rtol=1e-4, atol=1e-5)
