@@ -1,7 +1,12 @@
 """PrRoIPool throughput against a direct per-pixel implementation, and boxes refined
 per second with the paper-size energy head (T = 10 steps).
 
-    python benchmarks/detection_ops.py --out results/bench
+    python benchmarks/detection_ops.py --out results/bench [--boxes 100] [--rounds 3]
+
+Every comparison runs its alternatives interleaved (A B A B) for --rounds rounds and
+reports the median with min and max, in wall and in process CPU time (all threads); the
+load average is recorded before and after. The direct NumPy kernel is timed once, on a
+few boxes.
 
 The direct implementation is the original PrRoIPool kernel's algorithm in NumPy: for
 each bin, visit every pixel cell the bin overlaps and add the closed-form integral of
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import sys
 import time
@@ -28,7 +34,7 @@ from ebm_jax.models.detection_head import DetectionEnergyHead, refine_boxes
 from ebm_jax.ops import prroi_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved  # noqa: E402
+from bench_protocol import interleaved_wall_cpu  # noqa: E402
 
 
 def _cell_integral(a, b):
@@ -75,20 +81,23 @@ def bench_pool(num_boxes: int, map_size: int, channels: int, repeats: int = 5) -
     feats = rng.normal(size=(map_size, map_size, channels)).astype(np.float32)
     boxes = _boxes(rng, num_boxes, map_size)
     fn = jax.jit(lambda f, b: prroi_pool(f, b, output_size=7))
-    jax.block_until_ready(fn(feats, boxes))
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        out = jax.block_until_ready(fn(feats, boxes))
-    jax_s = (time.perf_counter() - t0) / repeats
-    k = min(num_boxes, 8)  # the direct loops are slow: time a few boxes
-    t0 = time.perf_counter()
+    out = jax.block_until_ready(fn(feats, boxes))
+    t = interleaved_wall_cpu({"jax": lambda: jax.block_until_ready(fn(feats, boxes))},
+                             repeats)["jax"]
+    jax_s = t["wall"]["median"]
+    k = min(num_boxes, 8)  # the direct loops are slow: time a few boxes, once
+    t0, c0 = time.perf_counter(), time.process_time()
     ref = prroi_pool_direct(feats, boxes[:k], 7)
     direct_s = (time.perf_counter() - t0) / k * num_boxes
+    direct_cpu = (time.process_time() - c0) / k * num_boxes
     err = float(np.abs(np.asarray(out[:k]) - ref).max() / np.abs(ref).max())
     return {"boxes": num_boxes, "map": map_size, "channels": channels,
-            "jax_boxes_per_second": num_boxes / jax_s,
+            "jax_seconds": t, "jax_boxes_per_second": num_boxes / jax_s,
+            "direct_seconds": {"wall": direct_s, "cpu": direct_cpu},
             "direct_boxes_per_second": num_boxes / direct_s,
-            "speedup": direct_s / jax_s, "max_relative_difference": err}
+            "speedup": direct_s / jax_s,
+            "speedup_cpu": direct_cpu / t["cpu"]["median"],
+            "max_relative_difference": err}
 
 
 POOL_METHODS = ("dense", "integral")  # the head's PrRoIPool: whole-map contraction, integral images
@@ -112,12 +121,16 @@ def bench_refine(num_boxes: int, image_size: int = 512, rounds: int = 3) -> dict
         out[m] = call()
         first[m] = time.perf_counter() - t0
         calls[m] = call
-    t = interleaved(calls, rounds)
+    tc = interleaved_wall_cpu(calls, rounds)
+    t = {m: v["wall"] for m, v in tc.items()}
     diff = float(np.abs(np.asarray(out["integral"][0]) - np.asarray(out["dense"][0])).max())
     return {"boxes": num_boxes, "image": image_size, "steps": 10, "rounds": rounds,
-            "seconds_per_image": t, "first_call_seconds": first,
+            "seconds_per_image": t,
+            "cpu_seconds_per_image": {m: v["cpu"] for m, v in tc.items()},
+            "first_call_seconds": first,
             "boxes_per_second": {m: num_boxes / t[m]["median"] for m in t},
             "speedup": t["dense"]["median"] / t["integral"]["median"],
+            "speedup_cpu": tc["dense"]["cpu"]["median"] / tc["integral"]["cpu"]["median"],
             "max_box_difference_px": diff}
 
 
@@ -163,12 +176,15 @@ def bench_train_step(method: str, *, boxes: int, channels: int, hidden: int, poo
         call()
         first[m] = time.perf_counter() - t0
         calls[m] = call
-    t = interleaved(calls, rounds)
+    tc = interleaved_wall_cpu(calls, rounds)
+    t = {m: v["wall"] for m, v in tc.items()}
     return {"method": method, "boxes": boxes, "channels": channels, "hidden": hidden,
             "pool": pool, "levels": len(strides), "image": image_size,
             "num_samples": num_samples, "rounds": rounds, "seconds_per_step": t,
+            "cpu_seconds_per_step": {m: v["cpu"] for m, v in tc.items()},
             "steps_per_second": {m: 1.0 / t[m]["median"] for m in t},
             "speedup": t["dense"]["median"] / t["integral"]["median"],
+            "speedup_cpu": tc["dense"]["cpu"]["median"] / tc["integral"]["cpu"]["median"],
             "first_call_seconds": first}
 
 
@@ -176,23 +192,38 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     p.add_argument("--boxes", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds per comparison (default 3)")
     args = p.parse_args(argv)
-    pools = [bench_pool(args.boxes, 64, 256), bench_pool(args.boxes, 128, 64)]
-    refine = bench_refine(args.boxes)
+    for name in ("boxes", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    load_start = os.getloadavg()
+    pools = [bench_pool(args.boxes, 64, 256, repeats=args.rounds),
+             bench_pool(args.boxes, 128, 64, repeats=args.rounds)]
+    refine = bench_refine(args.boxes, rounds=args.rounds)
     train = [bench_train_step("nce+", boxes=16, channels=256, hidden=1024, pool=7,
-                              image_size=256),
+                              image_size=256, rounds=args.rounds),
              bench_train_step("nce+", boxes=16, channels=32, hidden=128, pool=5,
-                              image_size=128, strides=(4, 8), canonical_size=96.0)]
+                              image_size=128, strides=(4, 8), canonical_size=96.0,
+                              rounds=args.rounds)]
+    load_end = os.getloadavg()
     device = jax.devices()[0]
     meta = {"device": f"{device.platform} ({device.device_kind})",
-            "cpu": platform.processor() or platform.machine(), "jax": jax.__version__}
-    lines = [f"PrRoIPool 7x7 on {meta['device']}", "",
-             "| boxes | map | channels | JAX boxes/s | direct per-pixel boxes/s | speed-up | "
-             "max rel. difference |", "|---:|---:|---:|---:|---:|---:|---:|"]
+            "cpu": platform.processor() or platform.machine(), "jax": jax.__version__,
+            "cpu_count": os.cpu_count(), "load_average_start": load_start,
+            "load_average_end": load_end}
+    lines = [f"{meta['cpu_count']} CPU cores ({meta['device']}), JAX {meta['jax']}; median "
+             f"(min-max) of {args.rounds} rounds, alternatives interleaved; load average "
+             f"{load_start[0]:.1f} before, {load_end[0]:.1f} after.", "",
+             "PrRoIPool 7x7:", "",
+             "| boxes | map | channels | JAX boxes/s | direct per-pixel boxes/s | speed-up "
+             "wall / CPU | max rel. difference |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in pools:
         lines.append(f"| {r['boxes']} | {r['map']}x{r['map']} | {r['channels']} | "
                      f"{r['jax_boxes_per_second']:.0f} | {r['direct_boxes_per_second']:.1f} | "
-                     f"{r['speedup']:.0f}x | {r['max_relative_difference']:.1e} |")
+                     f"{r['speedup']:.0f}x / {r['speedup_cpu']:.0f}x | "
+                     f"{r['max_relative_difference']:.1e} |")
     def rng_s(t):
         return f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})"
 
@@ -201,25 +232,29 @@ def main(argv=None) -> int:
               "(4 FPN levels, 256 channels), the two pooling paths interleaved "
               f"({refine['rounds']} rounds; largest difference of the refined boxes "
               f"{refine['max_box_difference_px']:.1e} px):", "",
-              "| PrRoIPool | s per image (min-max) | boxes/s | first call s |",
-              "|---|---:|---:|---:|"]
+              "| PrRoIPool | s per image (min-max) | CPU s per image | boxes/s | "
+              "first call s |", "|---|---:|---:|---:|---:|"]
     for m in POOL_METHODS:
         lines.append(f"| {m} | {rng_s(refine['seconds_per_image'][m])} | "
+                     f"{rng_s(refine['cpu_seconds_per_image'][m])} | "
                      f"{refine['boxes_per_second'][m]:.0f} | "
                      f"{refine['first_call_seconds'][m]:.1f} |")
-    lines += ["", f"Integral over dense: {refine['speedup']:.1f}x.", "",
+    lines += ["", f"Integral over dense: {refine['speedup']:.1f}x wall, "
+              f"{refine['speedup_cpu']:.1f}x CPU.", "",
               "Head training (NCE+, M = 128, 16 ground-truth boxes per step), the two "
               "pooling paths interleaved:", "",
-              "| head | image | FPN levels | PrRoIPool | s/step (min-max) | steps/s | "
-              "first call s |", "|---|---:|---:|---|---:|---:|---:|"]
+              "| head | image | FPN levels | PrRoIPool | s/step (min-max) | CPU s/step | "
+              "steps/s | first call s |", "|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in train:
         for m in POOL_METHODS:
             lines.append(f"| pool {r['pool']}, {r['channels']} ch, FC {r['hidden']} | "
                          f"{r['image']} | {r['levels']} | {m} | "
                          f"{rng_s(r['seconds_per_step'][m])} | "
+                         f"{rng_s(r['cpu_seconds_per_step'][m])} | "
                          f"{r['steps_per_second'][m]:.2f} | "
                          f"{r['first_call_seconds'][m]:.1f} |")
-        lines.append(f"| | | | integral over dense | {r['speedup']:.1f}x | | |")
+        lines.append(f"| | | | integral over dense | {r['speedup']:.1f}x | "
+                     f"{r['speedup_cpu']:.1f}x | | |")
     write_report(args.out, "detection_ops", {**meta, "pool": pools, "refine": refine,
                                              "train": train},
                  "\n".join(lines) + "\n")

@@ -52,7 +52,6 @@ class BatchedEnergy:
       one: (x, y (K,)) -> f(x, y), a scalar.
       many: (x, ys (..., K)) -> (...): f(x, y) for every row of ys, row by row the same
         function as `one` (up to float32 rounding); row m may depend on ys[m] only.
-
       min_rows: `many` is used for at least this many targets per example; below it,
         `one` vmapped. The written-out 1D network runs one small kernel per unit, whose
         fixed cost outweighs the gain on few rows: ML-MCMC with 5 models, batch 32 and
@@ -64,6 +63,9 @@ class BatchedEnergy:
     one: Callable[[jax.Array, jax.Array], jax.Array]
     many: Callable[[jax.Array, jax.Array], jax.Array]
     min_rows: int = 64
+
+    def __post_init__(self):
+        checks.int_at_least("min_rows", self.min_rows, 1)
 
     def __call__(self, x, y):
         return self.one(x, y)

@@ -416,3 +416,5 @@ def test_batched_energy_below_min_rows_uses_the_per_target_energy():
     np.testing.assert_allclose(energies(energy, X, ys), f_np(X, np.asarray(ys)), rtol=1e-5)
     np.testing.assert_allclose(scores(energy, X, ys), grad_np(X, np.asarray(ys)),
                                rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="min_rows"):
+        BatchedEnergy(f_jax, many, min_rows=0)
