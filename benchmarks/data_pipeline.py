@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +25,9 @@ from ebm_jax.data import images as image_data
 from ebm_jax.data.pipeline import HostShard, StepReader, batch_indices, image_batches
 from ebm_jax.data.records import write_image_records
 from ebm_jax.io import write_report
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_protocol import interleaved_wall_cpu  # noqa: E402
 
 
 def _dir_bytes(path: Path) -> int:
@@ -59,27 +62,27 @@ def main(argv=None) -> int:
             return images[batch_indices(0, s, n, b)]
 
         readers = {"memory": memory_reader, "grain": grain_reader}
-        times = {k: {"wall": [], "cpu": []} for k in readers}
         step = {k: 0 for k in readers}
+
+        def batches(name):  # the next --steps batches of one reader
+            def run():
+                for _ in range(args.steps):
+                    readers[name](step[name])
+                    step[name] += 1
+            return run
+
         for name in readers:  # warm-up: first iterator, first permutation
             readers[name](step[name])
             step[name] += 1
-        for _ in range(args.rounds):
-            for name, read in readers.items():
-                t0, c0 = time.perf_counter(), time.process_time()
-                for _ in range(args.steps):
-                    read(step[name])
-                    step[name] += 1
-                times[name]["wall"].append(args.steps / (time.perf_counter() - t0))
-                times[name]["cpu"].append(time.process_time() - c0)
+        times = interleaved_wall_cpu({k: batches(k) for k in readers}, args.rounds,
+                                     per={k: args.steps for k in readers})
 
     rows = []
-    for name, t in times.items():
-        rows.append({"reader": name, "batches_per_second": statistics.median(t["wall"]),
-                     "min": min(t["wall"]), "max": max(t["wall"]),
-                     "images_per_second": statistics.median(t["wall"]) * b,
-                     "cpu_seconds_per_100_batches": statistics.median(t["cpu"]) * 100
-                     / args.steps})
+    for name, t in times.items():  # seconds per batch -> batches per second
+        rows.append({"reader": name, "batches_per_second": 1 / t["wall"]["median"],
+                     "min": 1 / t["wall"]["max"], "max": 1 / t["wall"]["min"],
+                     "images_per_second": b / t["wall"]["median"],
+                     "cpu_seconds_per_100_batches": 100 * t["cpu"]["median"]})
     payload = {"data": args.data, "image_size": args.image_size, "batch_size": b,
                "num_train": n, "num_test": len(records.test_images),
                "write_seconds": write_s, "write_cpu_seconds": write_cpu,

@@ -51,11 +51,12 @@ def langevin_chains(
         row m depending on ys[m] only (its gradient is then that of the sum).
       y0: starting points, one chain per row.
       key: PRNG key; step l uses `fold_in(key, l)`.
+      num_steps: L >= 1.
+      step_size: alpha > 0.
+      batched: whether log_density scores all rows at once (see above).
       parallel_loop: tie every step to `keep_loop_parallel`, for chains whose
         per-step kernels are large (ML-MCMC with a `BatchedEnergy`); on few chains
         XLA's single small-loop kernel is the faster choice.
-      num_steps: L >= 1.
-      step_size: alpha > 0.
     """
     num_steps = checks.int_at_least("num_steps", num_steps, 1)
     alpha = checks.positive("step_size", step_size)
