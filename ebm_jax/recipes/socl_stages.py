@@ -103,17 +103,11 @@ def top_cache(cfg: Config, ctx, sequences, data_identity, kind: str) -> dict:
                disable=not ctx.progress, leave=False)
     for i, seq, frames in plan:
         path = stage_dir / f"{seq.name}.npz"
-        if path.exists():
-            try:
-                with np.load(io.BytesIO(path.read_bytes())) as z:
-                    rec = {k: z[k] for k in ("frames", "boxes", "scores", "seconds")}
-            except Exception as e:  # noqa: BLE001 (any unreadable file)
-                raise ValueError(f"{path}: not a readable TOP cache ({e}); delete it (it is "
-                                 "recomputed) or rerun with --restart") from None
-            if np.array_equal(rec["frames"], frames):
-                out[i] = rec
-                bar.update(len(frames))
-                continue
+        rec = _read_top(path, frames, settings.keep, ctx.log) if path.exists() else None
+        if rec is not None:
+            out[i] = rec
+            bar.update(len(frames))
+            continue
         pts = point_annotations(seq, kind)
         keep = settings.keep
         boxes = np.full((len(frames), keep, 4), np.nan, np.float32)
@@ -134,6 +128,27 @@ def top_cache(cfg: Config, ctx, sequences, data_identity, kind: str) -> dict:
             atomic_write(path, buf.getvalue())
     bar.close()
     return out
+
+
+def _read_top(path, frames: np.ndarray, keep: int, log) -> dict | None:
+    """The cached TOP proposals in `path` when they are those of `frames`; None when
+    they must be computed (again): other frames, or a file that is corrupt (cut short,
+    garbled, arrays of the wrong shape), which gets one warning line through `log`."""
+    try:
+        with np.load(io.BytesIO(path.read_bytes())) as z:
+            rec = {k: z[k] for k in ("frames", "boxes", "scores", "seconds")}
+    except Exception as e:  # noqa: BLE001 (any unreadable file)
+        log(f"warning: {path} is not a readable TOP cache ({e}); computing it again")
+        return None
+    if not np.array_equal(rec["frames"], frames):
+        return None
+    n = len(frames)
+    shapes = {"boxes": (n, keep, 4), "scores": (n, keep), "seconds": (n,)}
+    if any(rec[k].shape != shape for k, shape in shapes.items()):
+        log(f"warning: {path} is not a TOP cache of {n} frames x {keep} boxes; computing "
+            "it again")
+        return None
+    return rec
 
 
 def budget_subset(sequences, annotated: list[np.ndarray], frames: int, seed: int):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from etils import epath
 
-from ebm_jax.io import atomic_write, read_json
+from ebm_jax.io import CorruptFileError, atomic_write, read_json
 
 if TYPE_CHECKING:
     from ebm_jax.recipes.tracking import Config
@@ -204,11 +204,10 @@ def evaluate(ctx, tracker_name: str, identity: dict, eval_set: str, sequences, r
     out = []
     for seq in tqdm(sequences, desc=progress_desc, disable=not ctx.progress, leave=False):
         path = set_dir / f"{seq.name}.json"
-        if path.exists():
-            rec = read_json(path, what="cached tracking result")
-            if rec.get("frames") == len(seq):
-                out.append(rec)
-                continue
+        rec = read_sequence_result(path, seq, ctx.log) if path.exists() else None
+        if rec is not None:
+            out.append(rec)
+            continue
         boxes, seconds = run(seq)
         rec = {"name": seq.name, "frames": len(seq),
                "boxes": np.round(np.asarray(boxes, np.float64), 4).tolist(),
@@ -217,6 +216,36 @@ def evaluate(ctx, tracker_name: str, identity: dict, eval_set: str, sequences, r
             atomic_write(path, json.dumps(rec) + "\n")
         out.append(rec)
     return out
+
+
+def read_sequence_result(path, seq, log) -> dict | None:
+    """The cached result of `seq` in `path`, or None when it must be computed (again): a
+    result of another length (the sequence changed), or a file that is corrupt (cut
+    short, garbled, boxes or times of the wrong shape or not finite), which gets one
+    warning line through `log`. A corrupt cache is never returned."""
+    try:
+        rec = read_json(path, what="cached tracking result")
+        if not isinstance(rec, dict) or not isinstance(rec.get("frames"), int):
+            raise CorruptFileError(f"cached tracking result {path} is not a result "
+                                   "(no frame count)")
+        if rec["frames"] != len(seq):
+            return None
+        with np.errstate(invalid="ignore"):
+            boxes = np.asarray(rec.get("boxes"), np.float64)
+            seconds = np.asarray(rec.get("seconds"), np.float64)
+        if (rec.get("name") != seq.name or boxes.shape != (len(seq), 4)
+                or seconds.shape != (len(seq),) or not np.isfinite(seconds).all()
+                or (seconds < 0).any()):
+            raise CorruptFileError(f"cached tracking result {path} does not hold "
+                                   f"{len(seq)} boxes and times of sequence {seq.name!r}")
+    except CorruptFileError as error:
+        log(f"warning: {error}; tracking the sequence again")
+        return None
+    except (OSError, TypeError, ValueError) as error:
+        log(f"warning: cached tracking result {path} is not readable ({error}); tracking "
+            "the sequence again")
+        return None
+    return rec
 
 
 def scores(records: list[dict], sequences) -> dict:

@@ -207,15 +207,22 @@ class RunContext:
     def cached(self, stage_dir, name: str, identity: Mapping,
                compute: Callable[[], dict]) -> dict:
         """`compute()`, cached in `<stage_dir>/<name>.json` for the same identity (and
-        recomputed once per run with `restart`). A cache file that cannot be read is an
-        error naming it."""
+        recomputed once per run with `restart`). A cache file that cannot be read (cut
+        short, garbled, not a cache) counts as missing: it is recomputed, with one line
+        through `log`, and replaced atomically."""
         path = epath.Path(stage_dir) / f"{name}.json"
         key = normalise(identity)
         fresh = self.should_restart(path)
         if path.exists() and not fresh:
-            cached = read_json(path, what="cached result",
-                               fix="delete it (it is recomputed) or rerun with --restart")
-            if isinstance(cached, dict) and cached.get("identity") == key:
+            try:
+                cached = read_json(path, what="cached result")
+                if not (isinstance(cached, dict) and "result" in cached):
+                    raise CorruptFileError(f"cached result {path} is not a cache file "
+                                           "(no identity and result)")
+            except (CorruptFileError, OSError) as error:
+                self.log(f"warning: {error}; recomputing it")
+                cached = None
+            if cached is not None and cached.get("identity") == key:
                 return cached["result"]
         result = compute()
         if self.writer:

@@ -141,13 +141,34 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(toy, tmp_path):
     ("run.json", "{not json", r"run record .*run.json is not valid JSON"),
     ("metrics.jsonl", '{"step": 5}\n{"step": 1', r"metrics file .*metrics.jsonl is "
      r"corrupt at line 2"),
-    ("eval.json", "[1, 2", r"cached result .*eval.json is not valid JSON .*delete it"),
 ])
 def test_corrupt_files_name_the_file(toy, tmp_path, name, content, match):
     _run(toy, tmp_path / "w")
     (_stage(tmp_path / "w") / name).write_text(content)
     with pytest.raises(CorruptFileError, match=match):
         _run(toy, tmp_path / "w")
+
+
+@pytest.mark.parametrize("content", ["[1, 2", b"\xff\xfe\x00", "", "[1, 2]",
+                                     '{"identity": {}}'])
+def test_a_corrupt_cached_result_is_recomputed_with_a_warning(toy, tmp_path, content):
+    toy.CALLS["compute"] = 0
+    first = _run(toy, tmp_path / "w")
+    path = _stage(tmp_path / "w") / "eval.json"
+    good = path.read_bytes()
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    lines = []
+    again = run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False,
+                           log=lines.append)
+    assert again.payload["tables"] == first.payload["tables"]
+    assert toy.CALLS["compute"] == 2  # computed again, never the corrupt content
+    warnings = [s for s in lines if "eval.json" in s]
+    assert len(warnings) == 1 and "\n" not in warnings[0], lines
+    assert warnings[0].startswith("warning:") and "recomputing" in warnings[0]
+    assert path.read_bytes() == good  # rewritten whole
 
 
 def test_results_replace_an_earlier_run_whole_and_respect_umask(toy, tmp_path):
