@@ -183,21 +183,45 @@ def _read_label(where: str, path: Path, n: int, *, columns: int = 1, low=None, h
     return values[:, 0] if columns == 1 else values
 
 
+# the end of a complete file: JPEG's end-of-image marker, PNG's IEND chunk; looked for
+# in the file's last bytes (a few encoders pad after it), without decoding
+_END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82"}
+_END_TAIL = 1024
+
+
+def _cut_short(f, image_format: str | None) -> bool:
+    """True when the open file `f` is a JPEG or PNG whose end marker is missing from its
+    last bytes: a file cut short (its header intact, the data truncated)."""
+    marker = _END_MARKERS.get(image_format or "")
+    if marker is None:
+        return False
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - _END_TAIL))
+    return marker not in f.read()
+
+
 def _check_frames(where: str, frames: list[Path], verify: str) -> tuple[int, int]:
-    """Opens each frame's header (or only the first with verify="exists"; decodes it with
-    "full"); all must be readable and of one size. Returns (height, width)."""
+    """Opens each frame's header and checks that the file ends as a complete JPEG or PNG
+    does (or only the first frame's header with verify="exists"; decodes every frame
+    with "full"); all must be readable and of one size. Returns (height, width)."""
     size = None
     for i, path in enumerate(frames if verify != "exists" else frames[:1]):
         try:
-            with Image.open(path) as image:
+            with open(path, "rb") as f, Image.open(f) as image:
                 if verify == "full":
                     image.load()
                 this = image.size
+                cut = verify == "header" and _cut_short(f, image.format)
         except Exception as error:  # PIL raises many types on corrupt files
             stage = "decode" if verify == "full" else "header"
             raise SequenceError(f"{where}, frame {i + 1} ({path}): unreadable image "
                                 f"{stage} ({error}); rule: every frame is a readable "
                                 "image") from error
+        if cut:
+            raise SequenceError(f"{where}, frame {i + 1} ({path}): the image is cut short "
+                                f"(its header is intact, its {image.format} end marker "
+                                "is missing: a truncated copy or download); rule: every "
+                                "frame is a complete image")
         if size is None:
             size = this
         elif this != size:
@@ -222,6 +246,73 @@ def _clean_boxes(where: str, frames: list[Path], boxes: np.ndarray, exempt: np.n
         raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {annotation} line "
                             f"{i + 1} is {boxes[i].tolist()}; rule: {rule}")
     return np.where(invalid[:, None], np.nan, boxes)
+
+
+def _check_inside(where: str, frames: list[Path], boxes: np.ndarray, size, annotation: str,
+                  absent: np.ndarray | None = None) -> None:
+    """A box must overlap the image: a box (x, y, w, h), 1-indexed, covers [x, x + w) x
+    [y, y + h), the image [1, W + 1) x [1, H + 1). A box partly outside is kept (the
+    target leaves the frame); one wholly outside is an error (in frames where the target
+    is not marked absent), most likely annotations at another resolution than the
+    frames'."""
+    height, width = size
+    x, y, w, h = boxes.T
+    with np.errstate(invalid="ignore"):
+        outside = (x + w <= 1) | (x >= width + 1) | (y + h <= 1) | (y >= height + 1)
+    if absent is not None:
+        outside &= ~absent
+    if outside.any():
+        i = int(np.argmax(outside))
+        raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {annotation} line "
+                            f"{i + 1} is {boxes[i].tolist()}, wholly outside the "
+                            f"{width}x{height} (WxH) frame; rule: a box overlaps its frame "
+                            "(1-indexed x, y, w, h; partly outside is allowed). Were the "
+                            "frames resized after annotating? The boxes must be at the "
+                            "frames' resolution")
+
+
+def _check_labels(where: str, absence: np.ndarray | None, cover: np.ndarray | None) -> None:
+    """absence.label 1 (the target is not in the frame) with cover.label > 0 (a visible
+    part of it) contradict each other. (absence 0 with cover 0 is a target in view but
+    fully occluded, as GOT-10k labels it: allowed.)"""
+    if absence is None or cover is None:
+        return
+    bad = (absence == 1) & (cover > 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SequenceError(f"{where}, frame {i + 1}: absence.label line {i + 1} is 1 "
+                            f"(target absent) but cover.label line {i + 1} is "
+                            f"{int(cover[i])} (target {int(cover[i])}/8 visible); rule: an "
+                            "absent target has cover 0")
+
+
+def _check_points(where: str, frames: list[Path], name: str, points: np.ndarray | None,
+                  hidden: np.ndarray, boxes: np.ndarray, size, on_image: bool) -> None:
+    """Points (x, y, 1-indexed) are finite in every frame where the target can be seen
+    (NaN is allowed only where it is marked absent or fully covered); with `on_image`,
+    a finite point lies on the image ([0, W + 1] x [0, H + 1]) or inside its frame's box
+    (the centre of a target partly out of view)."""
+    if points is None:
+        return
+    bad = ~np.isfinite(points).all(axis=1) & ~hidden
+    rule = ("points are finite where the target is visible (NaN only where absence.label "
+            "is 1 or cover.label 0)")
+    if on_image and not bad.any():
+        height, width = size
+        px, py = points.T
+        x, y, w, h = boxes.T
+        with np.errstate(invalid="ignore"):
+            off = (px < 0) | (px > width + 1) | (py < 0) | (py > height + 1)
+            in_box = (px >= x) & (px <= x + w) & (py >= y) & (py <= y + h)
+            bad = off & ~in_box
+        rule = (f"a point lies on the {width}x{height} (WxH) frame, or inside the frame's "
+                "box when the target is partly out of view (1-indexed x, y). Were the "
+                "frames resized after annotating? The points must be at the frames' "
+                "resolution")
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {name} line "
+                            f"{i + 1} is {points[i].tolist()}; rule: {rule}")
 
 
 def _got10k_names(root: Path, sequences) -> list[str]:
@@ -314,14 +405,19 @@ def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | No
         ratio = _read_label(where, folder / "visible_ratio.txt", n, low=0.0, high=1.0)
         points = _read_label(where, folder / "points.txt", n, columns=2)
         noisy = _read_label(where, folder / "noisy_points.txt", n, columns=2)
+        _check_labels(where, absence, cover)
         absent = absence.astype(bool) if absence is not None else np.zeros(n, bool)
-        exempt = absent | (cover == 0 if cover is not None else False)
-        if boxes == "first":
-            exempt = exempt | (np.arange(n) > 0)
+        hidden = absent | (cover == 0 if cover is not None else False)
+        exempt = hidden | (np.arange(n) > 0) if boxes == "first" else hidden
         box_rows = _clean_boxes(where, frames, box_rows, exempt, "groundtruth.txt")
-        out.append(Sequence(name, tuple(map(str, frames)), box_rows,
-                            _check_frames(where, frames, verify), absent, cover, ratio,
-                            points, noisy))
+        size = _check_frames(where, frames, verify)
+        _check_inside(where, frames, box_rows, size, "groundtruth.txt", hidden)
+        _check_points(where, frames, "points.txt", points, hidden, box_rows, size, True)
+        # the noisy point is the point moved by a fixed distance: it may leave the image
+        _check_points(where, frames, "noisy_points.txt", noisy, hidden, box_rows, size,
+                      False)
+        out.append(Sequence(name, tuple(map(str, frames)), box_rows, size, absent, cover,
+                            ratio, points, noisy))
     return out
 
 
@@ -397,6 +493,37 @@ def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "hea
                                 "frame_ranges)")
         n = len(frames)
         box_rows = _clean_boxes(where, frames, table, np.zeros(n, bool), annotation.name)
-        out.append(Sequence(name, tuple(map(str, frames)), box_rows,
-                            _check_frames(where, frames, verify), np.zeros(n, bool)))
+        size = _check_frames(where, frames, verify)
+        _check_inside(where, frames, box_rows, size, annotation.name)
+        out.append(Sequence(name, tuple(map(str, frames)), box_rows, size,
+                            np.zeros(n, bool)))
     return out
+
+
+def fingerprint(sequences: Iterable[Sequence], *, digest_cache=None) -> dict:
+    """The content identity of a set of sequences, what a stage that reads them records
+    (never a path, so a set copied or moved elsewhere keeps its stages, and an edited
+    one gets new ones): every sequence's name, frame size and annotations as read
+    (boxes, absence, cover, visible ratio, points, noisy points) and its frames' file
+    names and SHA-256 of their bytes (`ebm_jax.io.file_digests`; with `digest_cache`, a
+    frame is read again only when its size or modification time changed)."""
+    import hashlib
+
+    from ebm_jax.io import file_digests
+
+    sequences = list(sequences)
+    digests = iter(file_digests([f for s in sequences for f in s.frames],
+                                cache=digest_cache))
+    h = hashlib.sha256()
+    for s in sequences:
+        h.update(f"{s.name}\0{len(s)}\0{tuple(s.image_size)}\0".encode())
+        for field in ("boxes", "absent", "cover", "visible_ratio", "points",
+                      "noisy_points"):
+            value = getattr(s, field)
+            h.update(f"{field}:{'-' if value is None else np.shape(value)}\0".encode())
+            if value is not None:
+                a = np.asarray(value, np.float64)
+                h.update(np.ascontiguousarray(np.where(np.isnan(a), np.nan, a)).tobytes())
+        for frame in s.frames:
+            h.update(f"{os.path.basename(frame)}\0{next(digests)}\0".encode())
+    return {"sequences": len(sequences), "content": h.hexdigest()[:16]}

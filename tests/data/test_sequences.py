@@ -200,7 +200,11 @@ def test_got10k_rejects_corrupt_and_mixed_size_frames(tmp_path):
     buffer = io.BytesIO()
     Image.fromarray(noise).save(buffer, "JPEG", quality=95)
     (folder / "00000002.jpg").write_bytes(buffer.getvalue()[:-300])  # header intact
-    read_got10k(tmp_path, verify="header")
+    # the default check finds the missing end marker without decoding
+    with pytest.raises(SequenceError, match=r"'s1', frame 2 \(.*00000002.jpg\): the "
+                                            "image is cut short .*JPEG end marker"):
+        read_got10k(tmp_path, verify="header")
+    read_got10k(tmp_path, verify="exists")
     with pytest.raises(SequenceError, match="'s1', frame 2 .*unreadable image decode"):
         read_got10k(tmp_path, verify="full")
     (folder / "00000002.jpg").write_bytes(good)
@@ -307,3 +311,112 @@ def test_otb_rejects_bad_input(tmp_path):
         read_otb(tmp_path)
     with pytest.raises(SequenceError, match="no sequences found"):
         read_otb(tmp_path / "Boy" / "img")
+
+
+# ---------------------------------------------------------------- issue 26, sec. 2 and 3
+
+
+def test_got10k_refuses_nan_and_off_image_points(tmp_path):
+    folder = make_got10k(tmp_path, names=["s1"], n=4) / "s1"
+    centres = [[6.5, 6.5], [7.5, 6.5], [8.5, 6.5], [9.5, 6.5]]
+
+    def points(file, rows):
+        write_lines(folder / file, rows, "%g")
+
+    points("points.txt", [centres[0], [np.nan, np.nan], *centres[2:]])
+    with pytest.raises(SequenceError, match=r"'s1', frame 2 \(00000002.jpg\): points.txt "
+                                            r"line 2 is \[nan, nan\]; rule: points are "
+                                            "finite where the target is visible"):
+        read_got10k(tmp_path)
+    # NaN where the target is marked absent (the generated benchmark writes nan,nan)
+    write_lines(folder / "absence.label", [0, 1, 0, 0], "%d")
+    write_lines(folder / "cover.label", [8, 0, 8, 8], "%d")
+    (s,) = read_got10k(tmp_path)
+    assert np.isnan(s.points[1]).all()
+    write_lines(folder / "absence.label", [0, 0, 0, 0], "%d")
+    write_lines(folder / "cover.label", [8, 8, 8, 8], "%d")
+    # a point far off the 32x24 frame: annotations at the original resolution
+    points("points.txt", [centres[0], [640.0, 6.5], *centres[2:]])
+    with pytest.raises(SequenceError, match=r"'s1', frame 2 \(00000002.jpg\): points.txt "
+                                            r"line 2 is \[640.0, 6.5\]; rule: a point lies "
+                                            r"on the 32x24 \(WxH\) frame.*resized"):
+        read_got10k(tmp_path)
+    points("points.txt", [centres[0], [6.5, -3.0], *centres[2:]])
+    with pytest.raises(SequenceError, match=r"frame 2 .*points.txt line 2 is \[6.5, -3.0\]"):
+        read_got10k(tmp_path)
+    # the centre of a target partly out of view may lie off the image, inside its box
+    write_lines(folder / "groundtruth.txt",
+                [[2, 3, 10, 8], [-9, 3, 12, 8], [4, 3, 10, 8], [5, 3, 10, 8]], "%g")
+    points("points.txt", [centres[0], [-3.5, 6.5], *centres[2:]])
+    points("noisy_points.txt", [centres[0], [-23.5, 6.5], *centres[2:]])
+    (s,) = read_got10k(tmp_path)
+    np.testing.assert_array_equal(s.points[1], [-3.5, 6.5])
+    # noisy points (the point moved a fixed distance) may leave the image, but not be NaN
+    points("noisy_points.txt", [centres[0], centres[1], [np.nan, 1.0], centres[3]])
+    with pytest.raises(SequenceError, match=r"frame 3 .*noisy_points.txt line 3 is "
+                                            r"\[nan, 1.0\]"):
+        read_got10k(tmp_path)
+
+
+@pytest.mark.parametrize("box, ok", [
+    ([33, 3, 10, 8], False),  # starts beyond the last column (x = W + 1)
+    ([32, 3, 10, 8], True),  # covers the last column
+    ([-9, 3, 10, 8], False),  # ends before the first column (x + w = 1)
+    ([-9, 3, 10.5, 8], True),
+    ([2, 25, 10, 8], False),  # below the last row (y = H + 1)
+    ([2, -7, 10, 8], False),
+    ([2, -6.5, 10, 8], True),
+    ([660, 500, 40, 30], False),  # annotated at 640x480 (x20 the frames' size)
+])
+def test_boxes_wholly_outside_the_image_are_refused(tmp_path, box, ok):
+    boxes = [[2, 3, 10, 8], box, [4, 3, 10, 8]]
+    make_got10k(tmp_path / "got", names=["s1"], labels=False, boxes=boxes)
+    make_otb_sequence(tmp_path / "otb", "Boy", [1, 2, 3], {"groundtruth_rect.txt": boxes})
+    if ok:
+        assert np.array_equal(read_got10k(tmp_path / "got")[0].boxes[1], box)
+        assert np.array_equal(read_otb(tmp_path / "otb")[0].boxes[1], box)
+        return
+    message = (r"'{}', frame 2 \(.*\): {} line 2 is .* wholly outside the 32x24 \(WxH\) "
+               r"frame; rule: a box overlaps its frame .*partly outside is allowed.*"
+               "frames resized after annotating")
+    with pytest.raises(SequenceError, match=message.format("s1", "groundtruth.txt")):
+        read_got10k(tmp_path / "got")
+    with pytest.raises(SequenceError, match=message.format("Boy", "groundtruth_rect.txt")):
+        read_otb(tmp_path / "otb")
+    # where the target is marked absent, its row is not ground truth
+    write_lines(tmp_path / "got" / "s1" / "absence.label", [0, 1, 0], "%d")
+    assert read_got10k(tmp_path / "got")[0].absent[1]
+
+
+def test_contradictory_absence_and_cover_labels_are_refused(tmp_path):
+    folder = make_got10k(tmp_path, names=["s1"]) / "s1"
+    write_lines(folder / "absence.label", [0, 1, 0], "%d")
+    write_lines(folder / "cover.label", [8, 8, 8], "%d")
+    with pytest.raises(SequenceError, match=r"'s1', frame 2: absence.label line 2 is 1 "
+                                            r"\(target absent\) but cover.label line 2 is "
+                                            r"8 .*rule: an absent target has cover 0"):
+        read_got10k(tmp_path)
+    write_lines(folder / "cover.label", [8, 0, 8], "%d")
+    assert read_got10k(tmp_path)[0].absent[1]
+    # in view but fully occluded (GOT-10k's absence 0, cover 0): allowed, not visible
+    write_lines(folder / "absence.label", [0, 0, 0], "%d")
+    (s,) = read_got10k(tmp_path)
+    np.testing.assert_array_equal(s.visible, [True, False, True])
+
+
+@pytest.mark.parametrize("fmt, cut", [("JPEG", 1), ("JPEG", 300), ("PNG", 1),
+                                      ("PNG", 12)])
+def test_a_truncated_frame_is_refused_by_the_default_check(tmp_path, fmt, cut):
+    folder = make_got10k(tmp_path, names=["s1"]) / "s1"
+    noise = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, fmt)
+    name = "00000003." + ("jpg" if fmt == "JPEG" else "png")
+    (folder / "00000003.jpg").unlink()
+    (folder / name).write_bytes(buffer.getvalue())
+    assert read_got10k(tmp_path)[0].frames[2].endswith(name)  # complete: accepted
+    (folder / name).write_bytes(buffer.getvalue()[:-cut])
+    with pytest.raises(SequenceError, match=rf"'s1', frame 3 \(.*{name}\): the image is "
+                                            rf"cut short .*{fmt} end marker is missing"):
+        read_got10k(tmp_path)
+    read_got10k(tmp_path, verify="exists")  # the first frame only
