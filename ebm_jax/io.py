@@ -97,3 +97,51 @@ def write_report(out_dir, stem: str, payload: dict, markdown: str) -> None:
     out_dir = epath.Path(out_dir)
     atomic_write(out_dir / f"{stem}.json", json.dumps(payload, indent=2) + "\n")
     atomic_write(out_dir / f"{stem}.md", markdown)
+
+
+def content_hash(obj, digits: int = 16) -> str:
+    """`digits` hex digits of the SHA-256 of a JSON-able object (keys sorted; values JSON
+    cannot hold as their `str`): the one hash of settings and identities."""
+    import hashlib
+
+    text = json.dumps(obj, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:digits]
+
+
+def file_digests(paths, *, cache=None) -> list[str]:
+    """The SHA-256 (hex) of each local file's bytes, what a stage's identity records of
+    files it reads (with their names, never their paths). With `cache` (a JSON file), a
+    file whose size and modification time are those it had when hashed is not read
+    again; the cache is updated atomically, and one that cannot be read counts as
+    empty. A file modified in the last 2 s is hashed but not cached (a second change
+    within the clock's tick would keep its size and time). A file that cannot be read
+    raises OSError."""
+    import hashlib
+    import time
+
+    entries: dict = {}
+    if cache is not None and os.path.isfile(cache):
+        try:
+            with open(cache) as f:
+                loaded = json.load(f)
+            entries = loaded["files"] if isinstance(loaded.get("files"), dict) else {}
+        except (OSError, ValueError, AttributeError, KeyError):
+            entries = {}
+    out, changed = [], False
+    for p in paths:
+        key = os.path.abspath(os.fspath(p))
+        st = os.stat(key)
+        stamp = [st.st_size, st.st_mtime_ns]
+        known = entries.get(key)
+        if isinstance(known, list) and len(known) == 3 and known[:2] == stamp:
+            out.append(str(known[2]))
+            continue
+        with open(key, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if time.time_ns() - st.st_mtime_ns > 2_000_000_000:
+            entries[key] = [*stamp, digest]
+            changed = True
+        out.append(digest)
+    if cache is not None and changed:
+        atomic_write(cache, json.dumps({"files": entries}, separators=(",", ":")))
+    return out

@@ -8,7 +8,8 @@ drawn shapes, noisy training boxes, a simulated detector) or a real COCO-format 
 
 The identity is content-based, so a run resumes wherever its files live: a generated
 set is named by its generation spec (with its seed), a COCO set by a hash of its
-annotations (image ids and sizes, boxes, classes), the detections by a hash of theirs.
+annotations (image ids and sizes, boxes, classes) and of its image files' bytes, the
+detections by a hash of theirs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from pathlib import Path
 import numpy as np
 
 from ebm_jax.data import detection as det_data
-from ebm_jax.io import atomic_write, read_json
+from ebm_jax.io import (  # noqa: F401 (content_hash re-exported)
+    atomic_write,
+    content_hash,
+    file_digests,
+    read_json,
+)
 
 
 @dataclasses.dataclass
@@ -31,12 +37,6 @@ class DetectionData:
     detections: list[dict]  # the detector's output on it (COCO result format)
     kind: str  # "generated" or "coco"
     identity: dict  # {"train": ..., "val": ..., "detections": ...}
-
-
-def content_hash(obj) -> str:
-    """16 hex digits of a JSON-able object."""
-    text = json.dumps(obj, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def set_fingerprint(ds: det_data.DetectionSet) -> str:
@@ -49,6 +49,15 @@ def set_fingerprint(ds: det_data.DetectionSet) -> str:
         h.update(np.ascontiguousarray(arr).tobytes())
     h.update(str(ds.image_size).encode())
     return h.hexdigest()[:16]
+
+
+def images_fingerprint(ds: det_data.DetectionSet, *, digest_cache=None) -> str:
+    """A hash of the set's image files: each file name (relative to the image folder)
+    and the SHA-256 of its bytes (`ebm_jax.io.file_digests`; with `digest_cache`, an
+    image is read again only when its size or modification time changed). Never a
+    path, so a set copied elsewhere keeps its stages; a replaced image gets new ones."""
+    digests = file_digests([ds.image_dir / f for f in ds.files], cache=digest_cache)
+    return content_hash([[str(f), d] for f, d in zip(ds.files, digests)])
 
 
 def generated_dir(root, spec: dict) -> Path:
@@ -116,10 +125,12 @@ def read_detections(path, val: det_data.DetectionSet) -> list[dict]:
 
 
 def open_coco(coco_root, detections, *, image_size: int, train_split: str = "train2017",
-              val_split: str = "val2017") -> DetectionData:
+              val_split: str = "val2017", digest_cache=None) -> DetectionData:
     """A real COCO-format dataset: `coco_root/annotations/instances_<split>.json` and
     `coco_root/<split>/`, with the detector's val output in the file `detections`.
-    Annotations and every image are validated here, before any training."""
+    Annotations and every image are validated here, before any training. The identity
+    holds the annotations' and the images' content (`images_fingerprint`, its digests
+    cached in the JSON file `digest_cache` when given)."""
     root = Path(coco_root)
     ann = root / "annotations"
     train = det_data.load_detection_set(ann / f"instances_{train_split}.json",
@@ -128,7 +139,9 @@ def open_coco(coco_root, detections, *, image_size: int, train_split: str = "tra
     val = det_data.load_detection_set(ann / f"instances_{val_split}.json",
                                       root / val_split, image_size=image_size, name="val")
     dets = read_detections(detections, val)
-    identity = {"train": {"coco": set_fingerprint(train)},
-                "val": {"coco": set_fingerprint(val)},
+    identity = {"train": {"coco": set_fingerprint(train),
+                          "images": images_fingerprint(train, digest_cache=digest_cache)},
+                "val": {"coco": set_fingerprint(val),
+                        "images": images_fingerprint(val, digest_cache=digest_cache)},
                 "detections": {"file": content_hash(dets)}}
     return DetectionData(train, val, dets, "coco", identity)

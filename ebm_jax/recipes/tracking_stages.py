@@ -11,15 +11,15 @@ stage of each Siamese tracker, and the per-sequence evaluation cache.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
+import os
 import shutil
 from typing import TYPE_CHECKING
 
 import numpy as np
 from etils import epath
 
-from ebm_jax.io import CorruptFileError, atomic_write, read_json
+from ebm_jax.io import CorruptFileError, atomic_write, is_local, read_json
 
 if TYPE_CHECKING:
     from ebm_jax.recipes.tracking import Config
@@ -48,16 +48,23 @@ def generated_specs(cfg: Config, ctx) -> dict:
             for split, n in sizes.items()}
 
 
-def annotation_identity(sequences) -> dict:
-    """The content identity of a real dataset: a hash of every sequence's name, frame
-    count and boxes (so that a moved dataset keeps its stages, and an edited one gets
-    new ones)."""
-    h = hashlib.sha256()
-    for s in sequences:
-        h.update(s.name.encode())
-        h.update(np.ascontiguousarray(np.nan_to_num(s.boxes, nan=-1.0), np.float64))
-        h.update(str(len(s)).encode())
-    return {"sequences": len(sequences), "annotations": h.hexdigest()[:16]}
+def annotation_identity(sequences, ctx=None) -> dict:
+    """The content identity of a real dataset (`ebm_jax.data.sequences.fingerprint`):
+    its annotations and the bytes of its frames, never its path, so that a moved
+    dataset keeps its stages and an edited one (a frame replaced, groundtruth.txt or
+    points.txt fixed) gets new ones. With `ctx`, the frames' digests are cached in
+    `<workdir>/data/file-digests.json` (a frame is read again only when its size or
+    modification time changed)."""
+    from ebm_jax.data.sequences import fingerprint
+
+    return fingerprint(sequences, digest_cache=digest_cache(ctx))
+
+
+def digest_cache(ctx):
+    """Where a run caches the digests of the real data's files (None: not cached)."""
+    if ctx is None or not ctx.writer or not is_local(ctx.workdir):
+        return None
+    return os.fspath(ctx.workdir / "data" / "file-digests.json")
 
 
 def open_data(cfg: Config, ctx) -> TrackingData:
@@ -83,15 +90,15 @@ def open_data(cfg: Config, ctx) -> TrackingData:
     if cfg.got10k_root is not None:
         if cfg.train_data == "got10k":
             train = read_got10k(cfg.got10k_root, split="train")
-            identity["train"] = {"got10k-train": annotation_identity(train)}
+            identity["train"] = {"got10k-train": annotation_identity(train, ctx)}
             ctx.log(f"GOT-10k train: {len(train)} sequences")
         val = read_got10k(cfg.got10k_root, split="val")
         eval_sets["got10k-val"] = val
-        identity["got10k-val"] = annotation_identity(val)
+        identity["got10k-val"] = annotation_identity(val, ctx)
     if cfg.otb_root is not None:
         otb = read_otb(cfg.otb_root)
         eval_sets["otb"] = otb
-        identity["otb"] = annotation_identity(otb)
+        identity["otb"] = annotation_identity(otb, ctx)
     return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
 
 
