@@ -231,10 +231,11 @@ def read_sequence_result(path, seq, log) -> dict | None:
     short, garbled, boxes or times of the wrong shape or not finite), which gets one
     warning line through `log`. A corrupt cache is never returned."""
     try:
-        rec = read_json(path, what="cached tracking result")
+        rec = read_json(path, what="cached tracking result",
+                        fix="tracking the sequence again")
         if not isinstance(rec, dict) or not isinstance(rec.get("frames"), int):
             raise CorruptFileError(f"cached tracking result {path} is not a result "
-                                   "(no frame count)")
+                                   "(no frame count); tracking the sequence again")
         if rec["frames"] != len(seq):
             return None
         with np.errstate(invalid="ignore"):
@@ -244,9 +245,10 @@ def read_sequence_result(path, seq, log) -> dict | None:
                 or seconds.shape != (len(seq),) or not np.isfinite(seconds).all()
                 or (seconds < 0).any()):
             raise CorruptFileError(f"cached tracking result {path} does not hold "
-                                   f"{len(seq)} boxes and times of sequence {seq.name!r}")
+                                   f"{len(seq)} boxes and times of sequence {seq.name!r}; "
+                                   "tracking the sequence again")
     except CorruptFileError as error:
-        log(f"warning: {error}; tracking the sequence again")
+        log(f"warning: {error}")
         return None
     except (OSError, TypeError, ValueError) as error:
         log(f"warning: cached tracking result {path} is not readable ({error}); tracking "

@@ -215,12 +215,16 @@ class RunContext:
         fresh = self.should_restart(path)
         if path.exists() and not fresh:
             try:
-                cached = read_json(path, what="cached result")
+                cached = read_json(path, what="cached result", fix="recomputing it")
                 if not (isinstance(cached, dict) and "result" in cached):
                     raise CorruptFileError(f"cached result {path} is not a cache file "
-                                           "(no identity and result)")
-            except (CorruptFileError, OSError) as error:
-                self.log(f"warning: {error}; recomputing it")
+                                           "(no identity and result); recomputing it")
+            except CorruptFileError as error:
+                self.log(f"warning: {error}")
+                cached = None
+            except OSError as error:
+                self.log(f"warning: cached result {path} cannot be read ({error}); "
+                         "recomputing it")
                 cached = None
             if cached is not None and cached.get("identity") == key:
                 return cached["result"]
