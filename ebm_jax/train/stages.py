@@ -37,7 +37,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from ebm_jax.io import CorruptFileError, atomic_write, read_json
+from ebm_jax.io import CorruptFileError, atomic_write, content_hash, read_json
 
 
 def stable_hash(name: str) -> int:
@@ -51,9 +51,8 @@ def normalise(obj) -> Any:
 
 
 def identity_hash(identity: Mapping) -> str:
-    """8 hex digits of a JSON-normalised mapping."""
-    text = json.dumps(normalise(identity), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
+    """8 hex digits of a JSON-normalised mapping (`ebm_jax.io.content_hash`)."""
+    return content_hash(normalise(identity), 8)
 
 
 class RunLockedError(RuntimeError):
