@@ -370,7 +370,13 @@ def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | No
     least the first, the other rows become NaN. `sequences` keeps only these names, in
     this order. verify: "exists" (the frame files exist; the first one's header gives
     the size), "header" (also open every frame's header: readable, one size per
-    sequence; no decoding), "full" (decode every frame)."""
+    sequence, and a JPEG's or PNG's end marker among its last bytes, so a file cut
+    short is found; no decoding), "full" (decode every frame).
+
+    Also refused: `absence.label` 1 with `cover.label` > 0; a box wholly outside its
+    frame where the target is not marked absent; a NaN point (points.txt,
+    noisy_points.txt) where the target is visible; a points.txt point off the frame
+    and outside its box."""
     _check_choice("boxes", boxes, BOX_MODES)
     _check_choice("verify", verify, VERIFY_LEVELS)
     root = _expand(root)
