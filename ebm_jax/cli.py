@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("list", help="every experiment config and its variants")
+    p = sub.add_parser("list", help="every experiment config and its variants (imports, "
+                       "i.e. runs, every .py file under --root)",
+                       description="Lists every config file under --root with its "
+                       "variants. A config file is Python, executed when loaded: `list` "
+                       "imports every .py file it finds, so read a config from elsewhere "
+                       "before listing or running it.")
     p.add_argument("--root", default="experiments", help="folder of config files")
     p.set_defaults(func=_list)
 
@@ -179,8 +184,21 @@ def _records(args, overrides) -> int:
     return 0
 
 
+def _is_value(token: str) -> bool:
+    """Whether the token after `--config.FIELD` is its value: anything but an option
+    (`--workdir`, `-h`); a negative number (`-1`, `-1e-3`) is a value."""
+    if not token.startswith("-"):
+        return True
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Pulls `--config.FIELD=VALUE` (or `--config.FIELD VALUE`) out of argv."""
+    """Pulls `--config.FIELD=VALUE` (or `--config.FIELD VALUE`) out of argv; a
+    `--config.FIELD` followed by another option or by nothing is a ValueError."""
     rest, overrides = [], []
     i = 0
     while i < len(argv):
@@ -188,11 +206,13 @@ def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
         if a.startswith("--config."):
             if "=" in a:
                 overrides.append(a)
-            elif i + 1 < len(argv):
+            elif i + 1 < len(argv) and _is_value(argv[i + 1]):
                 overrides.append(f"{a}={argv[i + 1]}")
                 i += 1
             else:
-                overrides.append(a)  # reported as missing its value
+                after = (f", got the option {argv[i + 1]} after it" if i + 1 < len(argv)
+                         else "")
+                raise ValueError(f"{a} needs a value ({a}=VALUE or {a} VALUE){after}")
         else:
             rest.append(a)
         i += 1
@@ -284,7 +304,11 @@ class _DropRethrown(logging.Filter):
 def main(argv=None) -> int:
     logging.getLogger("absl").addFilter(_DropRethrown())
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv, overrides = _split_overrides(argv)
+    try:
+        argv, overrides = _split_overrides(argv)
+    except ValueError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     if overrides and args.command != "run":
         print(f"{PROG} {args.command}: error: --config.* overrides belong to `run`",

@@ -74,6 +74,35 @@ def test_errors_are_one_line(capsys, tmp_path):
     assert "no config files" in capsys.readouterr().err
 
 
+def test_a_config_flag_without_its_value_says_so(capsys, tmp_path):
+    """`--config.epochs --workdir DIR` said "unrecognized arguments: DIR"."""
+    path = CONFIGS[0]
+    assert cli.main(["run", f"{path}:tiny", "--config.epochs", "--workdir",
+                     str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("ebm-jax: error: --config.epochs needs a value (--config.epochs=VALUE "
+                   "or --config.epochs VALUE), got the option --workdir after it")
+    assert cli.main(["run", f"{path}:tiny", "--config.epochs"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ebm-jax: error: --config.epochs needs a value (--config.epochs=VALUE or "
+        "--config.epochs VALUE)")
+    assert not (tmp_path / "w").exists()
+    # a negative number is a value (refused by the field's own range check)
+    assert cli._split_overrides(["run", "c.py", "--config.seed", "-1", "--no-progress"]) \
+        == (["run", "c.py", "--no-progress"], ["--config.seed=-1"])
+    assert cli._split_overrides(["--config.lr", "-1e-3"])[1] == ["--config.lr=-1e-3"]
+    assert cli.main(["run", f"{path}:tiny", "--config.seed", "-1"]) == 2
+    assert "--config.seed must be an integer in [0, 2147483647], got -1" in \
+        capsys.readouterr().err
+
+
+def test_list_help_says_configs_are_executed(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["list", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "executed when loaded" in out and "imports every .py file" in out
+
+
 def test_ctrl_c_prints_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "train"))
     sys.modules.pop("toy_recipe", None)
