@@ -202,6 +202,10 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     stages = sorted({p.parent for p in found if p.is_file()})
     if not stages:
         raise FileNotFoundError(f"RUN_DIR {run_dir} holds no {METRICS}")
+    out = epath.Path(out) if out is not None else run_dir / "metrics.png"
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory; give the PNG file to write "
+                         f"(e.g. {out / 'metrics.png'})")
     series: dict[str, dict[str, tuple[list, list]]] = {}
     for stage in stages:
         name = str(stage.relative_to(run_dir)) if stage != run_dir else run_dir.name
@@ -213,6 +217,9 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
                 xs.append(row["step"])
                 ys.append(v)
     keys = sorted(series)
+    if not keys:
+        raise ValueError(f"RUN_DIR {run_dir}: its {METRICS} files hold no rows yet "
+                         f"({', '.join(str(p) for p in stages)}); nothing to plot")
     fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2.6 * len(keys)), squeeze=False)
     for ax, k in zip(axes[:, 0], keys):
         for name, (xs, ys) in sorted(series[k].items()):
@@ -223,7 +230,11 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
             ax.legend(fontsize=7)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
-    out = epath.Path(out) if out is not None else run_dir / "metrics.png"
-    atomic_savefig(fig, out)
-    plt.close(fig)
+    try:
+        atomic_savefig(fig, out)
+    except OSError as e:  # read-only file system, no permission, a file in the path
+        raise ValueError(f"the PNG {out} cannot be written: {e.strerror or e} "
+                         "(give a writable --out)") from None
+    finally:
+        plt.close(fig)
     return out

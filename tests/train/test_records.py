@@ -111,3 +111,57 @@ def test_a_run_killed_while_logging_resumes_to_the_same_rows(tmp_path):
     assert [r["step"] for r in again] == [1, 2, 3, 4]
     assert [r["loss"] for r in again] == [r["loss"] for r in full]
     assert path.read_text().endswith("\n")
+
+
+def _stage_with_rows(root, text=ROWS):
+    stage = root / "run" / "stage-a"
+    stage.mkdir(parents=True)
+    (stage / "metrics.jsonl").write_text(text)
+    return root / "run"
+
+
+def test_plot_metrics_bad_outputs_are_one_line(tmp_path, capsys):
+    import os
+
+    from ebm_jax import cli
+
+    run = _stage_with_rows(tmp_path)
+    (tmp_path / "figs").mkdir()
+    assert cli.main(["plot-metrics", str(run), "--out", str(tmp_path / "figs")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"ebm-jax plot-metrics: error: --out {tmp_path / 'figs'} is a "
+                           "directory; give the PNG file to write (e.g. "
+                           f"{tmp_path / 'figs' / 'metrics.png'})")
+    (tmp_path / "afile").write_text("x")  # a path under a file: unwritable, also as root
+    assert cli.main(["plot-metrics", str(run), "--out",
+                     str(tmp_path / "afile" / "m.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"the PNG {tmp_path / 'afile' / 'm.png'} cannot be written: " in err
+    if os.geteuid() != 0:  # root writes into a read-only directory anyway
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        try:
+            assert cli.main(["plot-metrics", str(run), "--out", str(ro / "m.png")]) == 2
+        finally:
+            ro.chmod(0o700)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot be written: Permission denied" in err
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_plot_metrics_of_empty_metrics_is_one_line(tmp_path, capsys):
+    from ebm_jax import cli
+
+    run = _stage_with_rows(tmp_path, "")
+    assert cli.main(["plot-metrics", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hold no rows yet" in err and "Traceback" not in err
+    assert not (run / "metrics.png").exists()
+
+
+def test_plot_metrics_of_a_running_stage_skips_its_torn_last_line(tmp_path):
+    from ebm_jax.train import plot_metrics
+
+    run = _stage_with_rows(tmp_path, ROWS + '{"step": 5, "ti')
+    assert plot_metrics(run).read_bytes()[:4] == b"\x89PNG"
