@@ -81,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="two contrastive runs, paired by seed",
                        description="RUN_A of RESULTS_A minus RUN_B of RESULTS_B (two "
-                       "contrastive results.json of the same data and seeds), seed by "
-                       "seed: mean +- standard error, * beyond 2 se.")
+                       "contrastive results.json, or the folders holding them, of the "
+                       "same data and seeds), seed by seed: mean +- standard error, * "
+                       "beyond 2 se. Only results of the contrastive recipe compare; "
+                       "another recipe's results are refused.")
     p.add_argument("results_a", metavar="RESULTS_A")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("results_b", metavar="RESULTS_B")
@@ -278,10 +280,19 @@ def _compare(args, overrides) -> int:
     from ebm_jax.io import read_json
     from ebm_jax.report.contrastive import compare_results
 
-    a = read_json(args.results_a, what="results file", fix="give a contrastive results.json")
-    b = read_json(args.results_b, what="results file", fix="give a contrastive results.json")
+    def read(path, arg):
+        p = Path(path)
+        if p.is_dir():  # a results folder: its results.json
+            if not (p / "results.json").is_file():
+                raise ValueError(f"{arg} {p} is a directory without a results.json; give "
+                                 "a contrastive results.json")
+            p = p / "results.json"
+        return read_json(p, what="results file", fix="give a contrastive results.json")
+
+    a, b = read(args.results_a, "RESULTS_A"), read(args.results_b, "RESULTS_B")
     print(compare_results(a, args.run_a, b, args.run_b,
-                          names=(args.results_a, args.results_b)))
+                          names=(f"RESULTS_A {args.results_a}",
+                                 f"RESULTS_B {args.results_b}")))
     return 0
 
 
