@@ -281,7 +281,8 @@ class Records:
         if split not in self.splits:
             raise RecordsError(f"{self.path}: no split {split!r} (has "
                                f"{', '.join(self.splits)})")
-        return self.builder.as_data_source(split=split)
+        return _CheckedSource(self.builder.as_data_source(split=split),
+                              [f for f, _ in self.files(split)])
 
     def files(self, split: str) -> list[tuple[Path, int]]:
         """The ArrayRecord files of a split and the number of records each holds."""
@@ -309,6 +310,33 @@ class Records:
         from ebm_jax.data.pipeline import read_rows
 
         return read_rows(self.source(split), np.arange(self.splits[split]), fields)
+
+
+class _CheckedSource:
+    """A tfds data source whose damaged records (ArrayRecord's hash checks fail while
+    grain or `read_rows` reads them) raise one RecordsError naming the split's file."""
+
+    def __init__(self, source, files: list[Path]):
+        self.source, self.files = source, files
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def _damaged(self, error):
+        where = self.files[0] if len(self.files) == 1 else ", ".join(map(str, self.files))
+        return RecordsError(_damaged(where, _reason(error)))
+
+    def __getitem__(self, i):
+        try:
+            return self.source[i]
+        except RuntimeError as e:
+            raise self._damaged(e) from None
+
+    def __getitems__(self, idx):
+        try:
+            return self.source.__getitems__(idx)
+        except RuntimeError as e:
+            raise self._damaged(e) from None
 
 
 def _reason(error: BaseException) -> str:

@@ -272,3 +272,20 @@ def test_a_run_on_damaged_records_stops_before_training_in_one_line(tmp_path, di
     assert err.count("\n") == 1 and "Traceback" not in err
     assert f"{train}: the ArrayRecord file is truncated or corrupted" in err
     assert not list((tmp_path / "w").rglob("checkpoints")) and not (tmp_path / "o").exists()
+
+
+def test_grain_reading_a_damaged_record_names_the_file(tmp_path, digits):
+    """Past the checks (a file damaged during a run), a grain read of a bad record is
+    one RecordsError naming the file, not a 48-line traceback."""
+    import shutil
+
+    copy = tmp_path / "d"
+    shutil.copytree(digits[1], copy)
+    (train,) = copy.glob("*-train.array_record-*")
+    _damage(train, "bit-flipped")
+    r = rec.open_records(copy)  # a bit flip inside a chunk opens: only reads see it
+    reader = StepReader(step_batches(r.source("train"), batch_size=200, seed=0,
+                                     num_steps=1))
+    with pytest.raises(rec.RecordsError, match=rf"{train}: the ArrayRecord file is "
+                       r"truncated or corrupted \(chunk data hash mismatch\)"):
+        reader(0)
