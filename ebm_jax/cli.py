@@ -127,11 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-SEED_RANGE = (0, 2**31 - 1)  # the run seed's range (`Checks.seed`)
-
-
 def _seed(text: str) -> int:
     """`--seed` of `records`: an integer in the run seed's range, else a ValueError."""
+    from ebm_jax.config import SEED_RANGE
+
     low, high = SEED_RANGE
     try:
         v = int(text)

@@ -23,6 +23,7 @@ import typing
 from pathlib import Path
 
 CONFIG_ROOT = "experiments"
+SEED_RANGE = (0, 2**31 - 1)  # every seed a run or a dataset takes (int32, non-negative)
 
 
 class ConfigError(ValueError):
@@ -245,7 +246,7 @@ class Checks:
             self._fail(field, v, f"a non-empty list drawn from {list(allowed)}")
 
     def seed(self, field: str = "seed") -> None:
-        self.int_range(field, 0, 2**31 - 1)
+        self.int_range(field, *SEED_RANGE)
 
 
 # --------------------------------------------------------------------------- listing
