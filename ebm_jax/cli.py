@@ -64,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_run)
 
-    p = sub.add_parser("list", help="every experiment config and its variants")
+    p = sub.add_parser("list", help="every experiment config and its variants (imports, "
+                       "i.e. runs, every .py file under --root)",
+                       description="Lists every config file under --root with its "
+                       "variants. A config file is Python, executed when loaded: `list` "
+                       "imports every .py file it finds, so read a config from elsewhere "
+                       "before listing or running it.")
     p.add_argument("--root", default="experiments", help="folder of config files")
     p.set_defaults(func=_list)
 
@@ -76,8 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="two contrastive runs, paired by seed",
                        description="RUN_A of RESULTS_A minus RUN_B of RESULTS_B (two "
-                       "contrastive results.json of the same data and seeds), seed by "
-                       "seed: mean +- standard error, * beyond 2 se.")
+                       "contrastive results.json, or the folders holding them, of the "
+                       "same data and seeds), seed by seed: mean +- standard error, * "
+                       "beyond 2 se. Only results of the contrastive recipe compare; "
+                       "another recipe's results are refused.")
     p.add_argument("results_a", metavar="RESULTS_A")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("results_b", metavar="RESULTS_B")
@@ -92,13 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     k = kinds.add_parser("toy1d", help="a 1D regression set, as the 1D recipe draws it")
     k.add_argument("--dataset", type=int, choices=(1, 2), required=True)
     k.add_argument("--num", type=_positive_int("--num"), default=2000)
-    k.add_argument("--seed", type=int, default=0, help="the run seed of the recipe")
+    k.add_argument("--seed", default="0", help="the run seed of the recipe, in [0, 2^31)")
     k = kinds.add_parser("images", help="an image set of the contrastive recipe")
     k.add_argument("--data", required=True, help="embedded, digits, opencv-digits, "
                    "digits-on-photos, cifar10 or folder")
     k.add_argument("--image-size", type=_positive_int("--image-size"), default=16)
-    k.add_argument("--seed", type=int, default=0,
-                   help="the run seed whose train/test split the recipe would draw")
+    k.add_argument("--seed", default="0", help="the run seed whose train/test split the "
+                   "recipe would draw, in [0, 2^31)")
     k.add_argument("--split", choices=("test", "val"), default="test")
     k.add_argument("--data-root", default=None)
     k = kinds.add_parser("detection", help="a COCO-format detection set, or a generated one")
@@ -108,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--generate", type=_positive_int("--generate"), default=None,
                    metavar="N", help="generate N images of the detection benchmark")
     k.add_argument("--image-size", type=_positive_int("--image-size"), default=128)
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--seed", default="0", help="the seed of --generate, in [0, 2^31)")
     k = kinds.add_parser("tracking", help="tracking sequences in the GOT-10k layout")
     k.add_argument("--root", required=True, help="a GOT-10k root (e.g. the generated "
                    "benchmark's split directory)")
@@ -120,6 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seed(text: str) -> int:
+    """`--seed` of `records`: an integer in the run seed's range, else a ValueError."""
+    from ebm_jax.config import SEED_RANGE
+
+    low, high = SEED_RANGE
+    try:
+        v = int(text)
+    except ValueError:
+        v = None
+    if v is None or not low <= v <= high:
+        raise ValueError(f"--seed must be an integer in [{low}, {high}] (the run seed's "
+                         f"range), got {text!r}")
+    return v
+
+
 def _records(args, overrides) -> int:
     import json
 
@@ -127,11 +149,15 @@ def _records(args, overrides) -> int:
 
     if args.kind == "info":
         r = rec.open_records(args.path)
+        r.verify()  # every record of every split read back: the counts are true
         meta = {k: v for k, v in r.metadata.items()
                 if not isinstance(v, list) or len(v) <= 12}
         print(json.dumps({"path": str(r.path), "kind": r.kind, "splits": r.splits,
-                          "metadata": meta}, indent=1))
+                          "verified": "every record of every split read back, checksums "
+                          "match", "metadata": meta}, indent=1))
         return 0
+    if hasattr(args, "seed"):
+        args.seed = _seed(args.seed)
     if args.kind == "toy1d":
         import jax
 
@@ -141,15 +167,21 @@ def _records(args, overrides) -> int:
         key = RunContext.key_of(args.seed, f"toy1d-d{args.dataset}", "data")
         x, y = toy1d.sample(key, args.dataset, args.num)
         path = rec.write_toy1d_records(jax.device_get(x), jax.device_get(y), args.out,
-                                       metadata={"dataset": args.dataset, "seed": args.seed})
+                                       metadata={"dataset": args.dataset, "seed": args.seed,
+                                                 "drawn_as": "the 1D recipe's data"})
     elif args.kind == "images":
         from ebm_jax.data import images as image_data
         from ebm_jax.train.stages import stable_hash
 
+        split_seed = stable_hash(f"{args.seed}/data/split")
         data = image_data.load_image_data(
             args.data, args.image_size, data_root=args.data_root,
-            seed=stable_hash(f"{args.seed}/data/split"), split=args.split)
-        path = rec.write_image_records(data, args.out)
+            seed=split_seed, split=args.split)
+        path = rec.write_image_records(data, args.out, metadata={
+            "data": args.data, "image_size": args.image_size, "seed": args.seed,
+            "split_seed": split_seed, "eval_split": args.split,
+            "data_root": None if args.data_root is None else
+            str(Path(args.data_root).resolve())})
     elif args.kind == "detection":
         if (args.generate is None) == (args.annotations is None):
             raise ValueError("give either --annotations (with --image-dir) or --generate N")
@@ -163,24 +195,45 @@ def _records(args, overrides) -> int:
                                      image_size=args.image_size, seed=args.seed)
                 path = rec.write_detection_records(
                     d.annotations, d.image_dir, args.out,
-                    noisy_annotations=d.noisy_annotations)
+                    noisy_annotations=d.noisy_annotations, metadata={
+                        "generated": args.generate, "image_size": args.image_size,
+                        "seed": args.seed})
         else:
             if args.image_dir is None:
                 raise ValueError("--annotations needs --image-dir")
-            path = rec.write_detection_records(args.annotations, args.image_dir, args.out,
-                                               noisy_annotations=args.noisy_annotations)
+            path = rec.write_detection_records(
+                args.annotations, args.image_dir, args.out,
+                noisy_annotations=args.noisy_annotations, metadata={
+                    "annotations": str(Path(args.annotations).resolve()),
+                    "image_dir": str(Path(args.image_dir).resolve()),
+                    "noisy_annotations": None if args.noisy_annotations is None else
+                    str(Path(args.noisy_annotations).resolve())})
     else:
         from ebm_jax.data.sequences import read_got10k
 
-        path = rec.write_tracking_records(read_got10k(args.root), args.out)
+        path = rec.write_tracking_records(read_got10k(args.root), args.out, metadata={
+            "root": str(Path(args.root).resolve())})
     r = rec.open_records(path)
     print(f"wrote {r.kind} records to {path}: " + ", ".join(
         f"{split} {n}" for split, n in r.splits.items()))
     return 0
 
 
+def _is_value(token: str) -> bool:
+    """Whether the token after `--config.FIELD` is its value: anything but an option
+    (`--workdir`, `-h`); a negative number (`-1`, `-1e-3`) is a value."""
+    if not token.startswith("-"):
+        return True
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
 def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Pulls `--config.FIELD=VALUE` (or `--config.FIELD VALUE`) out of argv."""
+    """Pulls `--config.FIELD=VALUE` (or `--config.FIELD VALUE`) out of argv; a
+    `--config.FIELD` followed by another option or by nothing is a ValueError."""
     rest, overrides = [], []
     i = 0
     while i < len(argv):
@@ -188,11 +241,13 @@ def _split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
         if a.startswith("--config."):
             if "=" in a:
                 overrides.append(a)
-            elif i + 1 < len(argv):
+            elif i + 1 < len(argv) and _is_value(argv[i + 1]):
                 overrides.append(f"{a}={argv[i + 1]}")
                 i += 1
             else:
-                overrides.append(a)  # reported as missing its value
+                after = (f", got the option {argv[i + 1]} after it" if i + 1 < len(argv)
+                         else "")
+                raise ValueError(f"{a} needs a value ({a}=VALUE or {a} VALUE){after}")
         else:
             rest.append(a)
         i += 1
@@ -258,10 +313,19 @@ def _compare(args, overrides) -> int:
     from ebm_jax.io import read_json
     from ebm_jax.report.contrastive import compare_results
 
-    a = read_json(args.results_a, what="results file", fix="give a contrastive results.json")
-    b = read_json(args.results_b, what="results file", fix="give a contrastive results.json")
+    def read(path, arg):
+        p = Path(path)
+        if p.is_dir():  # a results folder: its results.json
+            if not (p / "results.json").is_file():
+                raise ValueError(f"{arg} {p} is a directory without a results.json; give "
+                                 "a contrastive results.json")
+            p = p / "results.json"
+        return read_json(p, what="results file", fix="give a contrastive results.json")
+
+    a, b = read(args.results_a, "RESULTS_A"), read(args.results_b, "RESULTS_B")
     print(compare_results(a, args.run_a, b, args.run_b,
-                          names=(args.results_a, args.results_b)))
+                          names=(f"RESULTS_A {args.results_a}",
+                                 f"RESULTS_B {args.results_b}")))
     return 0
 
 
@@ -284,7 +348,11 @@ class _DropRethrown(logging.Filter):
 def main(argv=None) -> int:
     logging.getLogger("absl").addFilter(_DropRethrown())
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv, overrides = _split_overrides(argv)
+    try:
+        argv, overrides = _split_overrides(argv)
+    except ValueError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     if overrides and args.command != "run":
         print(f"{PROG} {args.command}: error: --config.* overrides belong to `run`",

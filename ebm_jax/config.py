@@ -23,6 +23,7 @@ import typing
 from pathlib import Path
 
 CONFIG_ROOT = "experiments"
+SEED_RANGE = (0, 2**31 - 1)  # every seed a run or a dataset takes (int32, non-negative)
 
 
 class ConfigError(ValueError):
@@ -53,12 +54,27 @@ def load_module(path: str | Path) -> types.ModuleType:
     except ConfigError:
         raise
     except Exception as e:  # a config file with a syntax or import error
-        raise ConfigError(f"config file {path} failed to load: "
+        raise ConfigError(f"config file {_where(path, e)} failed to load: "
                           f"{type(e).__name__}: {e}") from e
     for attr in ("get_config", "VARIANTS"):
         if not hasattr(module, attr):
             raise ConfigError(f"config file {path} defines no {attr}")
     return module
+
+
+def _where(path, error: BaseException) -> str:
+    """"path:line" of the innermost line of config file `path` in `error`'s traceback
+    (the line of a SyntaxError), or the path alone."""
+    import traceback
+
+    line = None
+    if isinstance(error, SyntaxError) and error.filename and Path(
+            error.filename).resolve() == Path(path).resolve():
+        line = error.lineno
+    for frame in traceback.extract_tb(error.__traceback__):
+        if Path(frame.filename).resolve() == Path(path).resolve():
+            line = frame.lineno
+    return f"{path}:{line}" if line else str(path)
 
 
 def get_variant(module: types.ModuleType, variant: str | None, path="config"):
@@ -67,7 +83,14 @@ def get_variant(module: types.ModuleType, variant: str | None, path="config"):
     if variant not in variants:
         raise ConfigError(f"{path}: variant must be one of {list(variants)}, "
                           f"got {variant!r}")
-    cfg = module.get_config(variant)
+    try:
+        cfg = module.get_config(variant)
+    except ConfigError:  # the recipe's own check, already naming the field
+        raise
+    except Exception as e:  # a typo'd field, a missing import, ... in the file
+        file = getattr(module, "__file__", None) or path
+        raise ConfigError(f"config file {_where(file, e)}: get_config({variant!r}) "
+                          f"failed: {type(e).__name__}: {e}") from e
     if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
         raise ConfigError(f"{path}: get_config({variant!r}) must return a dataclass "
                           f"instance, got {type(cfg).__name__}")
@@ -223,7 +246,7 @@ class Checks:
             self._fail(field, v, f"a non-empty list drawn from {list(allowed)}")
 
     def seed(self, field: str = "seed") -> None:
-        self.int_range(field, 0, 2**31 - 1)
+        self.int_range(field, *SEED_RANGE)
 
 
 # --------------------------------------------------------------------------- listing

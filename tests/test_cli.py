@@ -74,6 +74,35 @@ def test_errors_are_one_line(capsys, tmp_path):
     assert "no config files" in capsys.readouterr().err
 
 
+def test_a_config_flag_without_its_value_says_so(capsys, tmp_path):
+    """`--config.epochs --workdir DIR` said "unrecognized arguments: DIR"."""
+    path = CONFIGS[0]
+    assert cli.main(["run", f"{path}:tiny", "--config.epochs", "--workdir",
+                     str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("ebm-jax: error: --config.epochs needs a value (--config.epochs=VALUE "
+                   "or --config.epochs VALUE), got the option --workdir after it")
+    assert cli.main(["run", f"{path}:tiny", "--config.epochs"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "ebm-jax: error: --config.epochs needs a value (--config.epochs=VALUE or "
+        "--config.epochs VALUE)")
+    assert not (tmp_path / "w").exists()
+    # a negative number is a value (refused by the field's own range check)
+    assert cli._split_overrides(["run", "c.py", "--config.seed", "-1", "--no-progress"]) \
+        == (["run", "c.py", "--no-progress"], ["--config.seed=-1"])
+    assert cli._split_overrides(["--config.lr", "-1e-3"])[1] == ["--config.lr=-1e-3"]
+    assert cli.main(["run", f"{path}:tiny", "--config.seed", "-1"]) == 2
+    assert "--config.seed must be an integer in [0, 2147483647], got -1" in \
+        capsys.readouterr().err
+
+
+def test_list_help_says_configs_are_executed(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["list", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "executed when loaded" in out and "imports every .py file" in out
+
+
 def test_ctrl_c_prints_one_line(capsys, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "train"))
     sys.modules.pop("toy_recipe", None)
@@ -119,3 +148,52 @@ def test_records_writes_what_the_recipes_draw(capsys, tmp_path):
     assert err == [f"ebm-jax records: error: {tmp_path / 'none'}: no such records "
                    "directory", "ebm-jax records: error: give either --annotations (with "
                    "--image-dir) or --generate N"]
+
+
+@pytest.mark.parametrize("kind,args", [
+    ("toy1d", ["--dataset", "1", "--num", "8"]),
+    ("images", ["--data", "digits", "--image-size", "8"]),
+    ("detection", ["--generate", "2", "--image-size", "32"]),
+])
+@pytest.mark.parametrize("seed", ["-5", "1e20", "2147483648", "x"])
+def test_records_refuse_seeds_outside_the_run_seeds_range(capsys, tmp_path, kind, args,
+                                                          seed):
+    """`records images --seed -5` (or 1e20) was accepted."""
+    pytest.importorskip("tensorflow_datasets")
+    assert cli.main(["records", kind, *args, "--seed", seed, "--out",
+                     str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (
+        f"ebm-jax records: error: --seed must be an integer in [0, 2147483647] (the run "
+        f"seed's range), got {seed!r}\n")
+    assert not (tmp_path / "r").exists()
+
+
+def test_records_store_what_determines_the_data(capsys, tmp_path):
+    """The seed (and what else decides the data) is in the metadata of every kind."""
+    pytest.importorskip("tensorflow_datasets")
+    import json
+
+    from ebm_jax.data import records
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+    from ebm_jax.train.stages import stable_hash
+
+    runs = {
+        "toy1d": (["--dataset", "1", "--num", "8", "--seed", "7"],
+                  {"dataset": 1, "num": 8, "seed": 7}),
+        "images": (["--data", "digits", "--image-size", "8", "--seed", "7"],
+                   {"data": "digits", "image_size": 8, "seed": 7, "eval_split": "test",
+                    "split_seed": stable_hash("7/data/split"), "data_root": None}),
+        "detection": (["--generate", "2", "--image-size", "32", "--seed", "7"],
+                      {"generated": 2, "image_size": 32, "seed": 7}),
+    }
+    root = generate_tracking_split(tmp_path / "got", TrackingSpec(
+        split="train", num_sequences=1, num_frames=2, height=48, width=64, seed=1),
+        progress=False)
+    runs["tracking"] = (["--root", str(root)], {"root": str(root.resolve())})
+    for kind, (args, want) in runs.items():
+        assert cli.main(["records", kind, *args, "--out", str(tmp_path / kind)]) == 0
+        meta = records.open_records(tmp_path / kind).metadata
+        assert {k: meta.get(k) for k in want} == want, kind
+        capsys.readouterr()
+        assert cli.main(["records", "info", str(tmp_path / kind)]) == 0
+        assert json.loads(capsys.readouterr().out)["metadata"]["kind"] == kind

@@ -105,8 +105,10 @@ def test_load_config_by_path_and_variant(tmp_path):
         load_config(str(tmp_path / "exp.txt"))
     bad = tmp_path / "bad.py"
     bad.write_text("VARIANTS = ('a',)\ndef get_config(v):\n    return 1/0\n")
-    with pytest.raises(ZeroDivisionError):
+    with pytest.raises(ConfigError, match=rf"config file {bad}:3: get_config\('a'\) "
+                       r"failed: ZeroDivisionError: division by zero") as e:
         load_config(str(bad))
+    assert isinstance(e.value.__cause__, ZeroDivisionError)
     broken = tmp_path / "broken.py"
     broken.write_text("def (:\n")
     with pytest.raises(ConfigError, match="failed to load: SyntaxError"):
@@ -115,6 +117,42 @@ def test_load_config_by_path_and_variant(tmp_path):
     novariants.write_text("def get_config(v):\n    return 1\n")
     with pytest.raises(ConfigError, match="defines no VARIANTS"):
         load_config(str(novariants))
+
+
+def test_errors_inside_a_config_file_name_its_file_and_line(tmp_path):
+    """A typo'd field or a missing import in a user-edited get_config was a raw
+    traceback; now one ConfigError naming the file and line."""
+    import re
+
+    typo = tmp_path / "typo.py"
+    typo.write_text(CONFIG.format(path=typo).replace("C(n=", "C(m="))
+    line = next(i for i, t in enumerate(typo.read_text().splitlines(), 1) if "C(m=" in t)
+    with pytest.raises(ConfigError, match=re.escape(f"config file {typo}:{line}: "
+                                                    "get_config('small') failed: TypeError")):
+        load_config(str(typo))
+    noimport = tmp_path / "noimport.py"
+    noimport.write_text("VARIANTS = ('a',)\n\n\ndef get_config(v):\n"
+                        "    return dataclasses.replace(v)\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{noimport}:5: get_config('a') failed: "
+                                                    "NameError")):
+        load_config(str(noimport))
+    toplevel = tmp_path / "toplevel.py"
+    toplevel.write_text("import math\nVARIANTS = ('a',)\nX = math.tau(\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{toplevel}:3 failed to load: "
+                                                    "SyntaxError")):
+        load_config(str(toplevel))
+
+
+def test_cli_names_the_config_line_in_one_line(tmp_path, capsys):
+    from ebm_jax.cli import main
+
+    bad = tmp_path / "bad.py"
+    bad.write_text("VARIANTS = ('a',)\ndef get_config(v):\n    return undefined_name\n")
+    assert main(["run", f"{bad}:a", "--workdir", str(tmp_path / "w"),
+                 "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"{bad}:3: get_config('a') failed: NameError" in err
 
 
 def test_tuples_of_tuples_take_semicolon_groups():

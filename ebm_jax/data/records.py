@@ -155,9 +155,10 @@ def write_toy1d_records(x, y, out, *, metadata: Mapping | None = None) -> Path:
                   {"train": rows}, {"num": len(x), **dict(metadata or {})})
 
 
-def write_image_records(data, out) -> Path:
+def write_image_records(data, out, *, metadata: Mapping | None = None) -> Path:
     """An `ImageData` (the contrastive benchmark: train and test splits) with its images
-    stored as uint8, round(255 x): the images read back are those, / 255."""
+    stored as uint8, round(255 x): the images read back are those, / 255. `metadata`
+    (what determines the data: source, size, seed, split) is stored beside them."""
     splits, shape = {}, tuple(int(v) for v in data.image_shape)
     for split in ("train", "test"):
         images = _to_uint8(getattr(data, f"{split}_images"), f"{data.name} {split}_images")
@@ -169,16 +170,18 @@ def write_image_records(data, out) -> Path:
 
         splits[split] = rows
     meta = {"name": data.name, "num_classes": int(data.num_classes),
-            "class_names": list(data.class_names), "image_shape": list(shape)}
+            "class_names": list(data.class_names), "image_shape": list(shape),
+            **dict(metadata or {})}
     return _write("images", out, {"image": (shape, np.uint8), "label": ((), np.int64)},
                   splits, meta)
 
 
 def write_detection_records(annotations, image_dir, out, *,
-                            noisy_annotations=None) -> Path:
+                            noisy_annotations=None, metadata: Mapping | None = None
+                            ) -> Path:
     """A COCO-format detection set (e.g. `data.detection.generate_dataset`'s): every
     image in the annotation file's order with its boxes (and, with `noisy_annotations`,
-    the noisy training boxes of the same annotations)."""
+    the noisy training boxes of the same annotations); `metadata` is stored beside."""
     from PIL import Image
 
     coco = json.loads(Path(annotations).read_text())
@@ -205,13 +208,15 @@ def write_detection_records(annotations, image_dir, out, *,
                 "boxes": ((None, 4), np.float32), "noisy_boxes": ((None, 4), np.float32),
                 "category": ((None,), np.int64)}
     meta = {"categories": coco["categories"], "num_images": len(coco["images"]),
-            "file_names": [im["file_name"] for im in coco["images"]]}
+            "file_names": [im["file_name"] for im in coco["images"]],
+            **dict(metadata or {})}
     return _write("detection", out, features, {"train": rows}, meta)
 
 
-def write_tracking_records(sequences, out) -> Path:
+def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -> Path:
     """Tracking `Sequence`s (`data.sequences.read_got10k` / `read_otb`, e.g. of the
-    generated benchmark): one example per frame, each sequence's frames in order."""
+    generated benchmark): one example per frame, each sequence's frames in order;
+    `metadata` (e.g. the root read) is stored beside them."""
     sequences = list(sequences)
     if not sequences:
         raise ValueError("sequences is empty")
@@ -237,7 +242,8 @@ def write_tracking_records(sequences, out) -> Path:
                 "noisy_point": ((2,), np.float32)}
     meta = {"sequences": [s.name for s in sequences],
             "lengths": [len(s) for s in sequences],
-            "image_sizes": [list(s.image_size) for s in sequences]}
+            "image_sizes": [list(s.image_size) for s in sequences],
+            **dict(metadata or {})}
     return _write("tracking", out, features, {"train": rows}, meta)
 
 
@@ -275,7 +281,29 @@ class Records:
         if split not in self.splits:
             raise RecordsError(f"{self.path}: no split {split!r} (has "
                                f"{', '.join(self.splits)})")
-        return self.builder.as_data_source(split=split)
+        return _CheckedSource(self.builder.as_data_source(split=split),
+                              [f for f, _ in self.files(split)])
+
+    def files(self, split: str) -> list[tuple[Path, int]]:
+        """The ArrayRecord files of a split and the number of records each holds."""
+        info = self.builder.info.splits[split]
+        return [(Path(fi.filename), int(fi.examples_in_shard))
+                for fi in info.file_instructions]
+
+    def verify(self, chunk: int = 1024) -> None:
+        """Reads every record of every split back (ArrayRecord, a Riegeli file, checks
+        a hash per chunk header and chunk data); a RecordsError naming the file where
+        one is truncated or corrupted. Costs one read of the whole dataset."""
+        for split in self.splits:
+            for path, n in self.files(split):
+                reader = _open_file(path, n)
+                try:
+                    for start in range(0, n, chunk):
+                        reader.read(list(range(start, min(start + chunk, n))))
+                except RuntimeError as e:
+                    raise RecordsError(_damaged(path, _reason(e))) from None
+                finally:
+                    reader.close()
 
     def read_all(self, split: str = "train", fields=None) -> dict[str, np.ndarray]:
         """Every example of a split, each field stacked (fixed-shape fields only)."""
@@ -284,9 +312,72 @@ class Records:
         return read_rows(self.source(split), np.arange(self.splits[split]), fields)
 
 
+class _CheckedSource:
+    """A tfds data source whose damaged records (ArrayRecord's hash checks fail while
+    grain or `read_rows` reads them) raise one RecordsError naming the split's file."""
+
+    def __init__(self, source, files: list[Path]):
+        self.source, self.files = source, files
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def _damaged(self, error):
+        where = self.files[0] if len(self.files) == 1 else ", ".join(map(str, self.files))
+        return RecordsError(_damaged(where, _reason(error)))
+
+    def __getitem__(self, i):
+        try:
+            return self.source[i]
+        except RuntimeError as e:
+            raise self._damaged(e) from None
+
+    def __getitems__(self, idx):
+        try:
+            return self.source.__getitems__(idx)
+        except RuntimeError as e:
+            raise self._damaged(e) from None
+
+
+def _reason(error: BaseException) -> str:
+    """The first clause of an ArrayRecord/Riegeli error ("chunk data hash mismatch")."""
+    text = str(error).removeprefix("Corrupted Riegeli/records file: ")
+    return text.split(" (")[0].split(";")[0].strip() or type(error).__name__
+
+
+def _damaged(path: Path, reason: str) -> str:
+    return (f"{path}: the ArrayRecord file is truncated or corrupted ({reason}); write "
+            "the records again (`ebm-jax records ...`)")
+
+
+def _open_file(path: Path, num_records: int):
+    """An ArrayRecord reader of `path`, checked to open and to index `num_records`
+    records (what dataset_info.json says): a cut file has no footer or index."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    if not path.is_file():
+        raise RecordsError(f"{path}: the ArrayRecord file is missing; write the records "
+                           "again (`ebm-jax records ...`)")
+    try:
+        reader = ArrayRecordReader(str(path))
+    except (RuntimeError, ValueError, OSError) as e:
+        raise RecordsError(_damaged(path, _reason(e))) from None
+    if not reader.ok() or reader.num_records() != num_records:
+        found = reader.num_records()
+        try:
+            reader.close()
+        except RuntimeError as e:  # a reader that failed to open fails to close
+            raise RecordsError(_damaged(path, _reason(e))) from None
+        raise RecordsError(_damaged(path, f"holds an index of {found} of its "
+                                          f"{num_records} records"))
+    return reader
+
+
 def open_records(path, kind: str | None = None) -> Records:
     """Opens a dataset written by this module (from its directory alone); `kind`
-    checks what it holds."""
+    checks what it holds. Each ArrayRecord file is opened and its record count checked
+    (a truncated file is refused here, naming it); `Records.verify` reads every
+    record."""
     tfds = _tfds()
     where = find_dataset_dir(path)
     builder = tfds.builder_from_directory(str(where))
@@ -297,7 +388,11 @@ def open_records(path, kind: str | None = None) -> Records:
     if kind is not None and meta["kind"] != kind:
         raise RecordsError(f"{where} holds {meta['kind']} records, not {kind}")
     splits = {name: int(s.num_examples) for name, s in builder.info.splits.items()}
-    return Records(where, meta["kind"], meta, splits, builder)
+    records = Records(where, meta["kind"], meta, splits, builder)
+    for split in splits:
+        for file, n in records.files(split):
+            _open_file(file, n).close()
+    return records
 
 
 def image_data_from_records(path, *, size: int | None = None):
@@ -307,6 +402,7 @@ def image_data_from_records(path, *, size: int | None = None):
     from ebm_jax.data import images as image_data
 
     rec = open_records(path, "images")
+    rec.verify()  # every record is read below anyway: a damaged one is one line here
     parts = {s: rec.read_all(s) for s in ("train", "test")}
     arrays = {f"{s}_images": parts[s]["image"].astype(np.float32) / 255.0
               for s in parts}

@@ -19,13 +19,16 @@ def knn_predict(test_features, train_features, train_labels, num_classes: int,
     c = checks.int_at_least("num_classes", num_classes, 1)
     train_features = jnp.asarray(train_features)
     n_train = train_features.shape[0]
-    k = min(checks.int_at_least("k", k, 1), n_train)
     labels = jnp.asarray(train_labels)
     if labels.shape != (n_train,):
         raise ValueError(f"train_labels must have shape ({n_train},), got {labels.shape}")
     if int(jnp.min(labels)) < 0 or int(jnp.max(labels)) >= c:
         raise ValueError(f"train_labels must be in [0, {c}), got range "
                          f"[{int(jnp.min(labels))}, {int(jnp.max(labels))}]")
+    k = checks.int_at_least("k", k, 1)
+    if k > n_train:  # never clamped: a reported k is the k used
+        raise ValueError(f"k must be in [1, {n_train}] (the number of training "
+                         f"features), got {k}")
 
     @jax.jit
     def rows(x):

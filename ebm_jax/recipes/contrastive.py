@@ -223,6 +223,9 @@ def check(cfg: Config, ctx: RunContext) -> None:
     n = len(data.train_images)
     if b > n:
         raise ValueError(f"--config.batch_size {b} must be <= the {n} training images")
+    if max(cfg.knn_ks) > n:
+        raise ValueError(f"--config.knn_ks must be integers in [1, {n}] (the {n} training "
+                         f"images the kNN classifier votes from), got {list(cfg.knn_ks)}")
     counts = np.bincount(data.train_labels, minlength=data.num_classes)
     if cfg.few_labels > counts.min():
         raise ValueError(f"--config.few_labels {cfg.few_labels} exceeds the "

@@ -104,6 +104,26 @@ def differences_markdown(differences: Sequence[Mapping], keys: Sequence[str],
                                           align="l" + "r" * len(headers)))
 
 
+def check_contrastive_results(results, name: str = "results") -> None:
+    """A ValueError unless `results` is a contrastive results.json (the only kind
+    `compare_results` pairs): a JSON object of the contrastive recipe whose tables are
+    lists of runs, each with its `name`."""
+    supported = "compare supports contrastive results (recipe contrastive)"
+    if not isinstance(results, Mapping):
+        raise ValueError(f"{supported}; {name} is not a results.json (a JSON "
+                         f"{type(results).__name__}, not an object)")
+    meta = results.get("ebm_jax")
+    recipe = meta.get("recipe") if isinstance(meta, Mapping) else None
+    if recipe is not None and recipe != "contrastive":
+        raise ValueError(f"{supported}; {name} is a {recipe} result")
+    tables = results.get("tables")
+    if not (isinstance(tables, Mapping) and tables and all(
+            isinstance(rows, list) and all(isinstance(r, Mapping) and "name" in r
+                                           for r in rows) for rows in tables.values())):
+        raise ValueError(f"{supported}; {name} is not one (its tables are not lists of "
+                         "named runs)")
+
+
 def compare_results(results_a: Mapping, run_a: str, results_b: Mapping, run_b: str, *,
                     names: tuple[str, str] = ("A", "B")) -> str:
     """Run `run_a` of one contrastive results.json minus run `run_b` of another (or
@@ -119,6 +139,8 @@ def compare_results(results_a: Mapping, run_a: str, results_b: Mapping, run_b: s
                        for r in rows})
         raise ValueError(f"{name}: no run {run!r} (its runs: {', '.join(runs) or 'none'})")
 
+    for results, name in zip((results_a, results_b), names):
+        check_contrastive_results(results, name)
     for field in ("data", "eval_split", "num_train", "num_test", "seeds"):
         if results_a.get(field) != results_b.get(field):
             raise ValueError(f"{names[0]} and {names[1]} differ in {field} "

@@ -25,15 +25,20 @@ def _mean(values) -> float | None:
 
 def table1_markdown(records: Sequence[dict], datasets: Sequence[int],
                     reference_kl: Mapping[str, float] | None = None,
-                    reference_seconds: Mapping[str, float] | None = None) -> str:
+                    reference_seconds: Mapping[str, float] | None = None, *,
+                    setting: str = "", reference_setting: str = "") -> str:
     """Table 1: the top-k mean D_KL per dataset and their mean, beside the paper's
     figure (the two datasets averaged), and seconds per epoch per model beside the
-    paper's (its GPU)."""
+    paper's. The two timings are at the settings named in their headers (`setting`:
+    this run's M, chains and device; `reference_setting`: the paper's), which differ, so
+    their ratio is no speed-up."""
     reference_kl, reference_seconds = reference_kl or {}, reference_seconds or {}
     by = {(r["method"], r["dataset"]): r for r in records}
     methods = list(dict.fromkeys(r["method"] for r in records))
     head = ["method", *[f"D_KL d{d}" for d in datasets], "D_KL mean", "paper D_KL",
-            "s/epoch/model", "paper s/epoch", "models x epochs (top-k)"]
+            "s/epoch/model" + (f" at {setting}" if setting else ""),
+            "paper s/epoch" + (f" at {reference_setting}" if reference_setting else ""),
+            "models x epochs (top-k)"]
     rows = []
     for m in methods:
         rs = [by.get((m, d)) for d in datasets]

@@ -5,7 +5,13 @@
     <stage_dir>/metrics.jsonl   one JSON object per logged step: step, time, metrics
 
 Only process 0 writes (multi-host runs). On resume, metric lines past the restored step
-are dropped, so the file always describes the checkpointed run.
+are dropped, so the file always describes the checkpointed run; a fresh start (no
+checkpoint) starts the file over. A final line cut short (a run killed while appending
+it: no newline, not JSON) is dropped on resume when it is provably past the checkpoint
+(its step, or the complete row before it, is at or past the restored step) and that
+step is logged again; anything else that is not a row is refused (rerun with
+--restart), never skipped: `final_loss` and the timings of the results come from these
+rows.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import time
 
@@ -84,6 +91,8 @@ class RunRecords:
     def start(self, config: dict, *, resumed_at: int | None = None) -> None:
         if not self.enabled:
             return
+        if resumed_at is None:  # step 0: rows of an earlier, uncheckpointed try are stale
+            (self.dir / METRICS).unlink(missing_ok=True)
         path = self.dir / RUN_JSON
         info = read_json(path, what="run record") if path.exists() else {}
         if not isinstance(info, dict):
@@ -108,7 +117,8 @@ class RunRecords:
         path = self.dir / METRICS
         if not self.enabled or not path.exists():
             return
-        keep = [json.dumps(r) for r in read_metrics(self.dir) if r["step"] <= step]
+        keep = [json.dumps(r) for r in _read_rows(path, resume_step=int(step))
+                if r["step"] <= step]
         atomic_write(path, "".join(ln + "\n" for ln in keep))
 
     def log(self, step: int, metrics: dict) -> None:
@@ -124,20 +134,54 @@ class RunRecords:
 def read_metrics(stage_dir: str | os.PathLike) -> list[dict]:
     """The rows of a stage's metrics.jsonl; a line that is not a JSON object with a
     step (a truncated or edited file) raises CorruptFileError naming file and line."""
-    path = epath.Path(stage_dir) / METRICS
+    return _read_rows(epath.Path(stage_dir) / METRICS)
+
+
+_TORN_STEP = re.compile(r'\{"step": (\d+)[,}]')
+
+
+def _read_rows(path: epath.Path, *, resume_step: int | None = None,
+               skip_torn_end: bool = False) -> list[dict]:
+    """The rows of metrics file `path`. Its last line cut short (no newline, not JSON:
+    a run killed while appending it) is dropped where `resume_step` (the step a resumed
+    run restarts from) shows it lies past the checkpoint, or with `skip_torn_end` (a
+    plot of a running stage); otherwise, and for any other bad line, CorruptFileError."""
     if not path.exists():
         return []
+    text = path.read_text()
+    lines = text.splitlines()
     rows = []
-    for i, ln in enumerate(path.read_text().splitlines(), 1):
+    for i, ln in enumerate(lines, 1):
         if not ln.strip():
             continue
         try:
             row = json.loads(ln)
-            int(row["step"])
-        except (ValueError, KeyError, TypeError):
-            raise CorruptFileError(
-                f"metrics file {path} is corrupt at line {i} ({ln[:60]!r}); delete that "
-                "line (or the file) or rerun with --restart") from None
+            row["step"] = int(row["step"])
+        except (ValueError, KeyError, TypeError, IndexError):
+            torn = i == len(lines) and not text.endswith("\n")
+            if torn and skip_torn_end:
+                break
+            if torn and resume_step is not None:
+                m = _TORN_STEP.match(ln)
+                step = int(m.group(1)) if m else None
+                last = rows[-1]["step"] if rows else 0
+                # its step, or the next logged step after the last complete row
+                if (step > resume_step) if step is not None else (last >= resume_step):
+                    break  # logged after the checkpoint: the resumed run logs it again
+            where = f"metrics file {path} is corrupt at line {i} ({ln[:60]!r})"
+            keep = ("; do not edit the file: the results' final loss and timings are "
+                    "read from it")
+            if torn and resume_step is None:
+                raise CorruptFileError(
+                    f"{where}: its last line is cut short (a run stopped while writing "
+                    "it); rerun the same command, which drops that line when it lies past "
+                    f"the last checkpoint, or rerun with --restart{keep}") from None
+            if torn:
+                raise CorruptFileError(
+                    f"{where}: its last line is cut short and not provably past the "
+                    f"checkpoint at step {resume_step}; rerun with --restart{keep}"
+                ) from None
+            raise CorruptFileError(f"{where}; rerun with --restart{keep}") from None
         rows.append(row)
     return rows
 
@@ -158,10 +202,14 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
     stages = sorted({p.parent for p in found if p.is_file()})
     if not stages:
         raise FileNotFoundError(f"RUN_DIR {run_dir} holds no {METRICS}")
+    out = epath.Path(out) if out is not None else run_dir / "metrics.png"
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a directory; give the PNG file to write "
+                         f"(e.g. {out / 'metrics.png'})")
     series: dict[str, dict[str, tuple[list, list]]] = {}
     for stage in stages:
         name = str(stage.relative_to(run_dir)) if stage != run_dir else run_dir.name
-        for row in read_metrics(stage):
+        for row in _read_rows(stage / METRICS, skip_torn_end=True):  # a running stage
             for k, v in row.items():
                 if k in ("step", "time") or not isinstance(v, (int, float)):
                     continue
@@ -169,6 +217,9 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
                 xs.append(row["step"])
                 ys.append(v)
     keys = sorted(series)
+    if not keys:
+        raise ValueError(f"RUN_DIR {run_dir}: its {METRICS} files hold no rows yet "
+                         f"({', '.join(str(p) for p in stages)}); nothing to plot")
     fig, axes = plt.subplots(len(keys), 1, figsize=(7, 2.6 * len(keys)), squeeze=False)
     for ax, k in zip(axes[:, 0], keys):
         for name, (xs, ys) in sorted(series[k].items()):
@@ -179,7 +230,11 @@ def plot_metrics(run_dir: str | os.PathLike, out: str | os.PathLike | None = Non
             ax.legend(fontsize=7)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()
-    out = epath.Path(out) if out is not None else run_dir / "metrics.png"
-    atomic_savefig(fig, out)
-    plt.close(fig)
+    try:
+        atomic_savefig(fig, out)
+    except OSError as e:  # read-only file system, no permission, a file in the path
+        raise ValueError(f"the PNG {out} cannot be written: {e.strerror or e} "
+                         "(give a writable --out)") from None
+    finally:
+        plt.close(fig)
     return out

@@ -211,3 +211,81 @@ def test_iterator_resumes_from_its_checkpointed_state(digits):
     reader = StepReader(loaded, convert=lambda e: e["index"])
     for s in (0, 1, 2, 7, 8, 3):
         np.testing.assert_array_equal(reader(s), batch_indices(1, s, 200, 32))
+
+
+def _damage(path, how):
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 3])
+    else:  # one bit flipped inside the first chunk's data
+        path.write_bytes(data[:1000] + bytes([data[1000] ^ 0x10]) + data[1001:])
+
+
+@pytest.mark.parametrize("how", ["truncated", "bit-flipped"])
+def test_a_damaged_record_file_is_one_line_naming_it(tmp_path, digits, how):
+    """Read through grain a damaged file was a 48-line traceback, and `records info`
+    reported full counts; now opening (truncated) or verifying (any damage) names the
+    file, and loading the images for a run (before training) verifies them."""
+    import shutil
+
+    from ebm_jax import cli
+
+    copy = tmp_path / "d"
+    shutil.copytree(digits[1], copy)
+    (train,) = copy.glob("*-train.array_record-*")
+    _damage(train, how)
+    msg = (rf"{train}: the ArrayRecord file is truncated or corrupted \(.*\); write the "
+           r"records again")
+    with pytest.raises(rec.RecordsError, match=msg):
+        rec.open_records(copy).verify()
+    with pytest.raises(rec.RecordsError, match=msg):  # what a run loads in its check
+        image_data.load_image_data("records", 8, data_root=copy)
+    assert cli.main(["records", "info", str(copy)]) == 2
+
+
+def test_records_info_says_it_verified(tmp_path, digits, capsys):
+    from ebm_jax import cli
+
+    assert cli.main(["records", "info", str(digits[1])]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["splits"] == {"train": 200, "test": 60}
+    assert info["verified"].startswith("every record of every split read back")
+
+
+def test_a_run_on_damaged_records_stops_before_training_in_one_line(tmp_path, digits,
+                                                                     capsys):
+    import shutil
+    from pathlib import Path
+
+    from ebm_jax import cli
+
+    copy = tmp_path / "d"
+    shutil.copytree(digits[1], copy)
+    (train,) = copy.glob("*-train.array_record-*")
+    _damage(train, "bit-flipped")
+    config = Path(__file__).parents[2] / "experiments/contrastive/moco_linear_eval.py"
+    assert cli.main(["run", f"{config}:tiny", "--config.data=records",
+                     f"--config.data_root={copy}", "--config.loader=grain",
+                     "--config.image_size=8", "--workdir", str(tmp_path / "w"),
+                     "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{train}: the ArrayRecord file is truncated or corrupted" in err
+    assert not list((tmp_path / "w").rglob("checkpoints")) and not (tmp_path / "o").exists()
+
+
+def test_grain_reading_a_damaged_record_names_the_file(tmp_path, digits):
+    """Past the checks (a file damaged during a run), a grain read of a bad record is
+    one RecordsError naming the file, not a 48-line traceback."""
+    import shutil
+
+    copy = tmp_path / "d"
+    shutil.copytree(digits[1], copy)
+    (train,) = copy.glob("*-train.array_record-*")
+    _damage(train, "bit-flipped")
+    r = rec.open_records(copy)  # a bit flip inside a chunk opens: only reads see it
+    reader = StepReader(step_batches(r.source("train"), batch_size=200, seed=0,
+                                     num_steps=1))
+    with pytest.raises(rec.RecordsError, match=rf"{train}: the ArrayRecord file is "
+                       r"truncated or corrupted \(chunk data hash mismatch\)"):
+        reader(0)

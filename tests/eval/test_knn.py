@@ -38,3 +38,9 @@ def test_knn_on_a_toy_set_with_known_neighbours():
     np.testing.assert_array_equal(knn_predict(te, tr, lab, 4, k=5, chunk=4), ref)
     with pytest.raises(ValueError, match=r"train_labels must be in \[0, 3\)"):
         knn_predict(te, tr, lab, 3)
+
+
+def test_k_beyond_the_training_features_is_refused_not_clamped():
+    train = np.eye(3, dtype=np.float32)
+    with pytest.raises(ValueError, match=r"k must be in \[1, 3\] .* got 4"):
+        knn_predict(train, train, np.arange(3), 3, k=4)

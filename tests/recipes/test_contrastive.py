@@ -293,6 +293,14 @@ def test_bad_settings_name_the_field(tmp_path):
              r"--config.few_labels 50 exceeds the \d+ training images of class")
 
 
+def test_knn_k_beyond_the_training_images_is_refused_before_training(tmp_path):
+    """k = 5000 with 96 training images was clamped to 96 and reported as k = 5000."""
+    runs = _refused(tmp_path, tiny("moco_linear_eval", "knn_ks=5,5000"),
+                    r"--config.knn_ks must be integers in \[1, 96\] \(the 96 training "
+                    r"images .*\), got \[5, 5000\]")
+    assert not any(runs.rglob("checkpoints")), "trained before refusing"
+
+
 def test_cli_prints_one_line(tmp_path, capsys):
     from ebm_jax.cli import main
 

@@ -50,3 +50,60 @@ def test_cli(tmp_path, capsys):
     assert "| linear | +0.0 +- 0.0 |" in capsys.readouterr().out
     assert main(["compare", str(a), "moco", str(tmp_path / "none.json"), "x"]) == 2
     assert "none.json" in capsys.readouterr().err
+
+
+def _of_recipe(recipe, tables):
+    return {"ebm_jax": {"recipe": recipe}, "tables": tables}
+
+
+# the shapes of the other recipes' results.json (their tables as the recipes write them)
+OTHERS = {
+    "regression1d": _of_recipe("regression1d", {"table1": [
+        {"method": "nce+", "dataset": 1, "kl_top_k": 0.1}]}),
+    "detection": _of_recipe("detection", {"table2": [
+        {"method": "nce+", "ap": 0.5, "seeds": [{"seed": 0, "ap": 0.5}]}]}),
+    "tracking": _of_recipe("tracking", [{"tracker": "box-siam", "auc": 0.4}]),
+    "socl": _of_recipe("socl", {"table1": [{"arm": "socl", "auc": 0.3}]}),
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(OTHERS))
+def test_other_recipes_results_are_refused_in_one_line(tmp_path, capsys, recipe):
+    """Two 1D or detection results gave KeyError: 'name', tracking ones a TypeError,
+    regression against contrastive "differ in data"."""
+    other = tmp_path / f"{recipe}.json"
+    other.write_text(json.dumps(OTHERS[recipe]))
+    contrastive = tmp_path / "c.json"
+    contrastive.write_text(json.dumps({"ebm_jax": {"recipe": "contrastive"},
+                                       **_results({"moco": [0.3, 0.3, 0.3]})}))
+    for argv, which in ((["compare", str(other), "a", str(other), "b"], "RESULTS_A"),
+                        (["compare", str(contrastive), "moco", str(other), "b"],
+                         "RESULTS_B")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == ("ebm-jax compare: error: compare supports contrastive results "
+                       f"(recipe contrastive); {which} {other} is a {recipe} result\n")
+
+
+def test_a_folder_a_list_and_other_json_are_one_line(tmp_path, capsys):
+    folder = tmp_path / "out"
+    folder.mkdir()
+    assert main(["compare", str(folder), "a", str(folder), "b"]) == 2
+    assert capsys.readouterr().err == (f"ebm-jax compare: error: RESULTS_A {folder} is a "
+                                       "directory without a results.json; give a "
+                                       "contrastive results.json\n")
+    (folder / "results.json").write_text(json.dumps(_results({"moco": [0.3, 0.35, 0.4]})))
+    assert main(["compare", str(folder), "moco", str(folder), "moco"]) == 0  # its results
+    assert "| linear | +0.0 +- 0.0 |" in capsys.readouterr().out
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    assert main(["compare", str(listed), "a", str(folder), "moco"]) == 2
+    assert capsys.readouterr().err == (
+        "ebm-jax compare: error: compare supports contrastive results (recipe "
+        f"contrastive); RESULTS_A {listed} is not a results.json (a JSON list, not an "
+        "object)\n")
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({"tables": {"main": [{"run": "x"}]}}))
+    assert main(["compare", str(folder), "moco", str(odd), "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"RESULTS_B {odd} is not one" in err
