@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
-from tests.tolerances import assert_float32_sums_close
+from tests.tolerances import assert_within, float32_sum_atol
 
 
 def _sliding_dot(z, x):
@@ -26,8 +26,8 @@ def test_xcorr_equals_sliding_dot_product_per_pair():
     out = np.asarray(xcorr(z, x))
     assert out.shape == (3, 5, 5)
     for b in range(3):  # float32 sums of 3 * 2 * 5 = 30 products (tests/tolerances.py)
-        assert_float32_sums_close(out[b], _sliding_dot(z[b], x[b]), 30,
-                                  _sliding_dot(np.abs(z[b]), np.abs(x[b])))
+        assert_within(out[b], _sliding_dot(z[b], x[b]),
+                      float32_sum_atol(30, _sliding_dot(np.abs(z[b]), np.abs(x[b]))))
     # each template only sees its own search map: changing x[1] leaves pair 0 alone
     # (the same jitted program on the same pair 0, so bit for bit)
     x2 = x.copy()
@@ -52,8 +52,8 @@ def test_xcorr_broadcast_equals_sliding_dot_product():
     # between the broadcast and the per-pair kernels
     scale = np.stack([_sliding_dot(np.abs(z), np.abs(x[s])) for s in range(3)])
     for s in range(3):
-        assert_float32_sums_close(out[s], _sliding_dot(z, x[s]), 72, scale[s])
-    assert_float32_sums_close(out, np.asarray(xcorr(np.stack([z] * 3), x)), 72, scale)
+        assert_within(out[s], _sliding_dot(z, x[s]), float32_sum_atol(72, scale[s]))
+    assert_within(out, xcorr(np.stack([z] * 3), x), float32_sum_atol(72, scale))
 
 
 def test_xcorr_rejects_mismatched_shapes():
@@ -74,8 +74,8 @@ def test_xcorr_equals_the_grouped_convolution_form_and_its_gradient():
     z = rng.normal(size=(3, 3, 2, 4)).astype(np.float32)
     x = rng.normal(size=(3, 7, 6, 4)).astype(np.float32)
     # two float32 orders of 3 * 2 * 4 = 24 products per output (tests/tolerances.py)
-    assert_float32_sums_close(xcorr(z, x), xcorr_grouped(z, x), 24,
-                              xcorr(np.abs(z), np.abs(x)))
+    assert_within(xcorr(z, x), xcorr_grouped(z, x),
+                  float32_sum_atol(24, xcorr(np.abs(z), np.abs(x))))
 
     def grads(f, z, x):
         return jax.grad(lambda z, x: (f(z, x) ** 2).sum(), argnums=(0, 1))(z, x)
@@ -85,4 +85,4 @@ def test_xcorr_equals_the_grouped_convolution_form_and_its_gradient():
     # bounds the sum of the absolute terms (likewise for x, over 3 x 2 terms)
     scales = grads(xcorr, np.abs(z), np.abs(x))
     for a, b, scale in zip(grads(xcorr, z, x), grads(xcorr_grouped, z, x), scales):
-        assert_float32_sums_close(a, b, 24 + 25, scale)
+        assert_within(a, b, float32_sum_atol(24 + 25, scale))

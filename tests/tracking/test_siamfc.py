@@ -19,7 +19,7 @@ from ebm_jax.tracking.siamfc import (
     track_sequence,
     training_crops,
 )
-from tests.tolerances import assert_float32_sums_close, float32_sum_atol
+from tests.tolerances import assert_within, float32_sum_atol
 
 BACKGROUND = 128
 TARGET_COLOUR = np.array([200.0, 60.0, 40.0], np.float32)
@@ -192,7 +192,7 @@ def test_cubic_upsampling_matches_opencv_and_hann_window():
     # float64 here; OpenCV sums 4 x 4 float32 taps (separably, float32 coefficients):
     # within 16 eps32 of the sum of the taps' absolute values (tests/tolerances.py)
     scale = np.abs(up) @ np.abs(r) @ np.abs(up).T
-    assert_float32_sums_close(up @ r @ up.T, reference, 16, scale)
+    assert_within(up @ r @ up.T, reference, float32_sum_atol(16, scale))
     window = hann_window(272, 272)
     assert window.sum() == pytest.approx(1.0) and window[0, 0] == 0
     assert np.unravel_index(window.argmax(), window.shape) in {(135, 135), (136, 136),
