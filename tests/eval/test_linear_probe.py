@@ -75,7 +75,8 @@ def _tiny_encoder_atol(enc, images):
     e = e @ np.abs(w) + float32_sum_atol(4 + 1, np.abs(h) @ np.abs(w) + np.abs(b))
     z = h @ w + b
     norm = np.linalg.norm(z, axis=-1, keepdims=True)
-    return 2 * np.linalg.norm(e, axis=-1, keepdims=True) / norm + float32_sum_atol(8 + 2, 1.0)
+    return (2 * np.linalg.norm(e, axis=-1, keepdims=True) / norm
+            + float32_sum_atol(8 + 2, 1.0))
 
 
 def test_features_do_not_depend_on_the_chunking():
