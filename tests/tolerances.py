@@ -12,6 +12,11 @@ costs u each. So `float32_sum_atol` = n eps32 sum|terms| bounds both
 - two float32 evaluations of the same sum against each other (two orders, two kernels),
 
 in the worst case. Pairwise and vectorised sums do far better; the bound holds for any.
+Through a small network the bound is carried layer by layer, to first order (a running
+error analysis: `toy_mlp_atol`, the tiny encoder of tests/eval/test_linear_probe.py).
+Through deep networks with normalisation layers no such bound is useful: there the
+tests compare bit for bit where the program is the same, and check the arithmetic on a
+one-layer stand-in (tests/detection/test_features.py).
 
 Where exact equality is the point (the same jitted program on the same inputs in the
 same process, a resumed run against an uninterrupted one with the same shapes, integer
