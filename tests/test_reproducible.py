@@ -2,6 +2,11 @@
 fresh work directories, nothing shared), writes the same results, timings aside.
 
 Two experiments run in the default suite; the rest are marked slow (`make test-slow`).
+
+Exact equality is the point here: both runs are the same jitted programs with the same
+shapes and seeds, in one process on one machine, which XLA computes deterministically, so
+every figure must agree bit for bit. Across machines it need not (another CPU may get
+other kernels, another summation order); nothing here compares across machines.
 """
 
 import json
