@@ -187,3 +187,112 @@ def test_a_broken_lock_file_is_one_clear_line(toy, tmp_path, capsys, content, wh
         _run(toy, tmp_path / "w")
     assert "None" not in str(e.value)
     assert lock.exists()  # left for the user to judge
+
+
+# ------------------------------------------------- 3: checkpoints, one line each
+
+
+def _toy_config(tmp_path, monkeypatch, **fields):
+    """A config file of the toy recipe, for `cli.main`."""
+    monkeypatch.syspath_prepend(str(HERE / "train"))
+    cfg = tmp_path / "toy.py"
+    args = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+    cfg.write_text(f'"""ebm-jax run {cfg}:tiny\n\nA toy."""\nfrom toy_recipe import '
+                   f'Config\nVARIANTS = ("tiny",)\n\n\ndef get_config(v):\n'
+                   f'    return Config({args})\n')
+    return str(cfg)
+
+
+def _no_orbax_tracebacks(caplog):
+    return [r.getMessage()[:80] for r in caplog.records if r.exc_info]
+
+
+def test_a_checkpoint_path_too_long_is_one_line(toy, tmp_path, monkeypatch, capsys,
+                                                caplog):
+    workdir = tmp_path  # 4040 characters: writable, but the stage's files pass
+    while len(str(workdir)) < 3840:  # PATH_MAX (4096)
+        workdir = workdir / ("a" * 200)
+    workdir = workdir / ("b" * (4040 - len(str(workdir)) - 1))
+    cfg = _toy_config(tmp_path, monkeypatch)
+    capsys.readouterr()
+    rc = cli.main(["run", cfg, "--workdir", str(workdir), "--out", str(tmp_path / "o"),
+                   "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err[-3000:]
+    assert "could not write checkpoint " in err and "/checkpoints/10: " in err
+    assert "File name too long [ENAMETOOLONG]: the path is too long" in err
+    assert not _no_orbax_tracebacks(caplog)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_full_disk_at_a_checkpoint_save_is_one_line(toy, tmp_path, monkeypatch, capsys,
+                                                      caplog):
+    import errno
+
+    import orbax.checkpoint as ocp
+
+    def full(self, step, *a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                      f"{self.directory}/{step}/state/d/0")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    cfg = _toy_config(tmp_path, monkeypatch)
+    capsys.readouterr()
+    rc = cli.main(["run", cfg, "--workdir", str(tmp_path / "w"), "--out",
+                   str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err[-3000:]
+    assert "checkpoints/10: No space left on device [ENOSPC]: free some space" in err
+    assert not (tmp_path / "o").exists() and not (tmp_path / ".o.lock").exists()
+
+
+def test_a_corrupt_checkpoints_error_is_one_line():
+    from ebm_jax.train.checkpoint import StageCheckpoints
+
+    spec = ValueError('Error opening "zarr" driver: {\n  "driver": "zarr",\n' * 40)
+    e = StageCheckpoints._unreadable(type("C", (), {"directory": "/w/s/checkpoints"})(),
+                                     10, spec)
+    assert "\n" not in str(e) and str(e).startswith("checkpoint /w/s/checkpoints/10 "
+                                                    "cannot be read")
+
+
+def test_callbacks_into_orbaxs_closed_event_loop_print_nothing(capsys):
+    """TensorStore reads left running by a failed restore call back into orbax's
+    closed event loop: Python would print each as a traceback."""
+    saved = sys.excepthook, sys.unraisablehook
+    try:
+        cli.main(["list", "--root", "/nonexistent-root"])
+        capsys.readouterr()
+        try:
+            raise RuntimeError("Event loop is closed")
+        except RuntimeError as e:
+            sys.unraisablehook(type("U", (), {"exc_type": RuntimeError, "exc_value": e,
+                                              "exc_traceback": e.__traceback__,
+                                              "err_msg": None, "object": None})())
+            sys.excepthook(RuntimeError, e, e.__traceback__)
+        assert capsys.readouterr().err == ""
+    finally:
+        sys.excepthook, sys.unraisablehook = saved
+
+
+@pytest.mark.slow
+def test_a_damaged_checkpoint_is_one_line_from_the_command(toy, tmp_path, monkeypatch):
+    """End to end, as the command prints it: resuming from a checkpoint whose data
+    files are gone, five times (the closed-loop tracebacks came now and then)."""
+    import subprocess
+
+    cfg = _toy_config(tmp_path, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        _run(toy, tmp_path / "w", die_at=15)
+    (stage,) = (tmp_path / "w").glob("toy-*")
+    for p in (stage / "checkpoints" / "10" / "state" / "d").iterdir():
+        p.unlink()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE / "train")]),
+               JAX_PLATFORMS="cpu")
+    for _ in range(5):
+        r = subprocess.run([sys.executable, "-m", "ebm_jax.cli", "run", cfg, "--workdir",
+                            str(tmp_path / "w"), "--out", str(tmp_path / "o"),
+                            "--no-progress"], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
+        assert "checkpoints/10 cannot be read" in r.stderr
