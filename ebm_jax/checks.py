@@ -112,6 +112,7 @@ def writable_dir(name: str, path) -> None:
     p = epath.Path(path)
     if "://" in os.fspath(p):
         return  # an object store: checked by its first write
+    dangling_link(name, p)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{name} must be a directory, got the file {p}")
     try:
@@ -121,3 +122,55 @@ def writable_dir(name: str, path) -> None:
         os.unlink(probe)
     except OSError as e:
         raise ValueError(f"{name} {p} is not writable ({e.strerror or e})") from None
+
+
+def dangling_link(name: str, path) -> None:
+    """Raises ValueError when `path`, or a folder on the way to it, is a symbolic link
+    to nothing (a directory cannot be made there)."""
+    import os
+
+    p = os.path.abspath(os.fspath(path))
+    while True:
+        if os.path.islink(p) and not os.path.exists(p):
+            target = os.readlink(p)
+            where = "" if p == os.path.abspath(os.fspath(path)) else f" (on the way to {path})"
+            raise ValueError(f"{name} {p}{where} is a dangling symbolic link to {target}, "
+                             "which does not exist: create that directory, or give "
+                             f"another {name}")
+        parent = os.path.dirname(p)
+        if parent == p:
+            return
+        p = parent
+
+
+def real_path(path) -> str | None:
+    """The absolute path `path` names, symbolic links and `..` resolved (also where
+    it does not exist yet); None for an object store (gs://...)."""
+    import os
+
+    text = os.fspath(path)
+    return None if "://" in text else os.path.realpath(text)
+
+
+def disjoint_dirs(name_a: str, a, name_b: str, b, why: str = "") -> None:
+    """Raises ValueError when directories `a` and `b` are the same or one holds the
+    other (compared as real paths: symbolic links and `..` resolved); `why` ends the
+    message."""
+    import os
+
+    why = f" ({why})" if why else ""
+    ra, rb = real_path(a), real_path(b)
+    if ra is None or rb is None:
+        if os.fspath(a).rstrip("/") == os.fspath(b).rstrip("/"):
+            raise ValueError(f"{name_a} and {name_b} must be different directories, "
+                             f"both are {a}{why}")
+        return
+    if ra == rb:
+        raise ValueError(f"{name_a} {a} and {name_b} {b} are the same directory ({ra}); "
+                         f"give them two separate directories{why}")
+    for inner_name, inner, outer_name, outer, r_in, r_out in (
+            (name_a, a, name_b, b, ra, rb), (name_b, b, name_a, a, rb, ra)):
+        if os.path.commonpath([r_in, r_out]) == r_out:
+            raise ValueError(f"{inner_name} {inner} lies inside {outer_name} {outer} "
+                             f"({r_in} in {r_out}); give them two separate directories, "
+                             f"neither inside the other{why}")

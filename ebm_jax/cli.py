@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -330,23 +331,83 @@ def _compare(args, overrides) -> int:
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
+    from ebm_jax.report.output import OutChangedError
     from ebm_jax.train import CheckpointError, ConfigMismatchError
     from ebm_jax.train.stages import RunLockedError
 
     return (ValueError, FileNotFoundError, NotADirectoryError, PermissionError,
-            CheckpointError, ConfigMismatchError, RunLockedError, FloatingPointError)
+            CheckpointError, ConfigMismatchError, RunLockedError, FloatingPointError,
+            OutChangedError)
 
 
 class _DropRethrown(logging.Filter):
-    """Orbax logs an exception of its background threads with a traceback and then
-    re-raises it in the caller, where the one-line handler below reports it."""
+    """Orbax logs an exception of its background threads with a traceback (a failed
+    save, a failed read) and then re-raises it in the caller, where the one-line
+    handler below reports it (as CheckpointError, naming the checkpoint)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "raised an exception" not in record.getMessage()
+        if "raised an exception" in record.getMessage():
+            return False
+        return not (record.exc_info and _through_orbax(record.exc_info[2]))
+
+
+def _through_orbax(tb) -> bool:
+    """Whether a traceback passes through orbax (its absl records name absl's file)."""
+    marker = f"{os.sep}orbax{os.sep}"
+    while tb is not None:
+        if marker in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _quiet_background_failures() -> None:
+    """After a failed checkpoint save or read, orbax leaves coroutines that never ran
+    and TensorStore callbacks into its closed event loop: Python would print each as
+    a warning or a traceback around the one line that says what failed."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
+                            category=RuntimeWarning)
+    hook, unraisable = sys.excepthook, sys.unraisablehook
+    if getattr(hook, "drops_closed_loop", False):
+        return
+
+    def closed_loop(kind, value) -> bool:
+        return kind is RuntimeError and str(value) == "Event loop is closed"
+
+    def excepthook(kind, value, tb):
+        if not closed_loop(kind, value):
+            hook(kind, value, tb)
+
+    def unraisablehook(info):
+        if not closed_loop(info.exc_type, info.exc_value):
+            unraisable(info)
+
+    excepthook.drops_closed_loop = True
+    sys.excepthook, sys.unraisablehook = excepthook, unraisablehook
+
+
+def _nothing_after_the_error_line() -> None:
+    """Once the program has printed its one-line error, what its exit would still
+    print goes nowhere: TensorStore reads that a failed checkpoint read left running
+    call back into orbax's closed event loop while Python shuts down, past every
+    hook, each a traceback."""
+    import atexit
+
+    def silence():
+        sys.stderr.flush()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+
+    atexit.register(silence)
 
 
 def main(argv=None) -> int:
+    program = argv is None  # the `ebm-jax` command itself, not a caller in Python
     logging.getLogger("absl").addFilter(_DropRethrown())
+    _quiet_background_failures()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         argv, overrides = _split_overrides(argv)
@@ -367,6 +428,8 @@ def main(argv=None) -> int:
         return 130
     except _expected_errors() as e:
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        if program:
+            _nothing_after_the_error_line()
         return 2
 
 

@@ -5,19 +5,24 @@
     cfg = load_config("experiments/ebm_regression/table1_toy1d.py:tiny")
     report = run_experiment(cfg, workdir="runs/demo", out="results/demo")
 
-Order: start JAX (multi-host if asked), build the mesh, check the work and output
-directories, take the lock on the work directory, check every setting of the recipe
-(all before training), run, write the results (process 0).
+Order: start JAX (multi-host if asked), check the work and output directories (never
+one inside the other; a symbolic link as `--out` is followed), take the lock on `--out`
+(`<parent>/.<name>.lock`, held to the end) and clear what an interrupted write of its
+results left, build the mesh, take the lock on the work directory, check every setting
+of the recipe (all before training), run, write the results (process 0): they replace
+`--out` whole unless files appeared there during the run, which are then kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
 import types
 
 from ebm_jax.report import Report, check_out, write_results
+from ebm_jax.report.output import clean_stale, out_contents
 
 
 def recipe_of(cfg) -> types.ModuleType:
@@ -43,10 +48,10 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                    progress: bool = True, command: str | None = None,
                    log=print) -> Report:
     """Runs `cfg` through its recipe; writes `<out>/results.*` when `out` is given."""
-    from ebm_jax.checks import writable_dir
+    from ebm_jax.checks import disjoint_dirs, writable_dir
     from ebm_jax.train import initialize_distributed, make_mesh
     from ebm_jax.train.records import versions
-    from ebm_jax.train.stages import RunContext
+    from ebm_jax.train.stages import RunContext, RunLock
 
     recipe = recipe_of(cfg)
     initialize_distributed(distributed)
@@ -59,25 +64,32 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
         raise ValueError(f"--devices must be in [1, {available}] (the devices JAX sees), "
                          f"got {devices}; on a CPU, JAX_NUM_CPU_DEVICES=n gives n devices")
     writer = jax.process_index() == 0
-    if writer:
-        writable_dir("--workdir", workdir)
-        if out is not None:
-            check_out(out)
-    mesh = make_mesh(int(devices))
-    ctx = RunContext(workdir, mesh=mesh, seed=getattr(cfg, "seed", 0), restart=restart,
-                     progress=progress, writer=writer, log=log)
-    started = time.time()
-    with ctx:  # the lock first: checks may write (a generated dataset)
-        recipe.check(cfg, ctx)
-        report = recipe.run(cfg, ctx)
-    meta = {
-        "recipe": recipe_name(cfg), "config": dataclasses.asdict(cfg),
-        "command": command, "workdir": str(workdir), "seed": ctx.seed,
-        "devices": [str(d) for d in mesh.devices.flat],
-        "process_count": jax.process_count(), "versions": versions(),
-        "wall_seconds": round(time.time() - started, 1),
-    }
-    report.payload.setdefault("wall_seconds", meta["wall_seconds"])
-    if out is not None and writer:
-        write_results(out, report, meta, log=log)
+    with contextlib.ExitStack() as held:
+        expected = None
+        if writer:
+            if out is not None:
+                disjoint_dirs("--workdir", workdir, "--out", out,
+                              why="the results replace --out whole")
+                out = check_out(out)
+                held.enter_context(RunLock.beside(out, "--out"))
+                clean_stale(out, log=log)
+                expected = out_contents(out)  # what the results may replace
+            writable_dir("--workdir", workdir)
+        mesh = make_mesh(int(devices))
+        ctx = RunContext(workdir, mesh=mesh, seed=getattr(cfg, "seed", 0),
+                         restart=restart, progress=progress, writer=writer, log=log)
+        started = time.time()
+        with ctx:  # the lock first: checks may write (a generated dataset)
+            recipe.check(cfg, ctx)
+            report = recipe.run(cfg, ctx)
+        meta = {
+            "recipe": recipe_name(cfg), "config": dataclasses.asdict(cfg),
+            "command": command, "workdir": str(workdir), "seed": ctx.seed,
+            "devices": [str(d) for d in mesh.devices.flat],
+            "process_count": jax.process_count(), "versions": versions(),
+            "wall_seconds": round(time.time() - started, 1),
+        }
+        report.payload.setdefault("wall_seconds", meta["wall_seconds"])
+        if out is not None and writer:
+            write_results(out, report, meta, log=log, expected=expected)
     return report

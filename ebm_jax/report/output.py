@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from etils import epath
 
-from ebm_jax.io import atomic_savefig, atomic_write, read_json
+from ebm_jax.io import atomic_savefig, atomic_write, is_local, read_json
 
 MANIFEST = "results.json"
 
@@ -40,10 +40,15 @@ def _ours(out: epath.Path) -> bool:
 
 def check_out(out) -> epath.Path:
     """`--out` must be new, empty, or a results directory this project wrote (which
-    the new results then replace whole). Checked before training."""
-    from ebm_jax.checks import writable_dir
+    the new results then replace whole). Checked before training. Returns the
+    directory to write: a symbolic link is resolved (the results replace what it
+    points to, and the link stays); a dangling one is refused."""
+    from ebm_jax.checks import dangling_link, real_path, writable_dir
 
     out = epath.Path(out)
+    if is_local(out):
+        dangling_link("--out", out)
+        out = epath.Path(real_path(out))
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out must be a directory, got the file {out}")
     if out.exists() and any(out.iterdir()) and not _ours(out):
@@ -54,13 +59,89 @@ def check_out(out) -> epath.Path:
     return out
 
 
-def write_results(out, report: Report, meta: dict, log=print) -> epath.Path:
+def out_contents(out) -> dict[str, tuple]:
+    """What `out` holds: {relative path: (size, mtime_ns)} of its files and
+    {relative path: ()} of its folders; {} where it does not exist. Taken at the
+    start of a run and compared before the results replace `out`."""
+    root = os.fspath(out)
+    found: dict[str, tuple] = {}
+    if not is_local(out) or not os.path.isdir(root):
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            found[os.path.relpath(os.path.join(dirpath, name), root)] = ()
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            found[os.path.relpath(path, root)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def _unknown(out, expected: dict) -> list[str]:
+    """What `out` holds now that it did not hold (or held otherwise) in `expected`."""
+    return sorted(k for k, v in out_contents(out).items() if expected.get(k) != v)
+
+
+def _siblings(out: epath.Path, kind: str) -> list[tuple[epath.Path, int]]:
+    """The staging folders `.<out>.<kind>-PID` beside `out`, with their pids."""
+    prefix = f".{out.name}.{kind}-"
+    found = []
+    if out.parent.is_dir():
+        for p in out.parent.iterdir():
+            if p.name.startswith(prefix) and p.name[len(prefix):].isdigit():
+                found.append((p, int(p.name[len(prefix):])))
+    return found
+
+
+def clean_stale(out, log=print) -> None:
+    """Removes what an interrupted `write_results` left beside `out` (a kill while
+    the results were written or swapped): the staged `.<out>.new-PID` folders of
+    processes that no longer run on this host, and their `.<out>.old-PID` folders,
+    which are the earlier results: put back where `out` is missing, else removed.
+    Call it holding the lock on `out` (`RunLock.beside`)."""
+    from ebm_jax.train.stages import process_alive
+
+    out = epath.Path(out)
+    if not is_local(out):
+        return
+    for kind in ("old", "new"):
+        for path, pid in _siblings(out, kind):
+            if pid == os.getpid() or process_alive(pid):
+                continue
+            if kind == "old" and not out.exists():
+                os.replace(os.fspath(path), os.fspath(out))
+                log(f"put back the earlier results in {out} (their replacement by "
+                    f"process {pid} was interrupted)")
+            else:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    path.rmtree()
+                else:
+                    path.unlink()
+                log(f"removed {path}, left by the interrupted process {pid}")
+
+
+class OutChangedError(RuntimeError):
+    """`--out` received files during the run: they are kept, and so are the new
+    results, under another name."""
+
+
+def write_results(out, report: Report, meta: dict, log=print,
+                  expected: dict | None = None) -> epath.Path:
     """Writes `report` as `<out>/results.{json,md}` and its PNG figures. An earlier
-    run's results in `out` are replaced whole (and the log says so)."""
+    run's results in `out` are replaced whole (and the log says so).
+
+    `expected` is `out_contents(out)` at the start of the run: where `out` holds
+    files since then (new or changed), nothing of it is deleted; the new results go
+    to `<out>.new-<time>` instead and `OutChangedError` names both."""
     import matplotlib.pyplot as plt
 
     out = epath.Path(out)
-    local = "://" not in os.fspath(out)
+    local = is_local(out)
+    if local:
+        out = epath.Path(os.path.realpath(os.fspath(out)))
     replacing = out.exists() and any(out.iterdir())
     stage = out.parent / f".{out.name}.new-{os.getpid()}" if local else out
     if stage.exists():
@@ -76,12 +157,24 @@ def write_results(out, report: Report, meta: dict, log=print) -> epath.Path:
         atomic_write(stage / "results.md", markdown)
         atomic_write(stage / MANIFEST, json.dumps(payload, indent=2, default=_json) + "\n")
         if local and stage != out:
+            if expected is not None and (new := _unknown(out, expected)):
+                kept = _keep_aside(stage, out)
+                raise OutChangedError(
+                    f"--out {out} received files during the run ({_names(new)}), so "
+                    f"it is left as it is and the new results are in {kept}; move what "
+                    "you need and delete the other, or rerun (finished stages are "
+                    "reused)")
             old = out.parent / f".{out.name}.old-{os.getpid()}"
             if out.exists():
                 os.replace(os.fspath(out), os.fspath(old))
             os.replace(os.fspath(stage), os.fspath(out))
             if old.exists():
-                old.rmtree()
+                if expected is not None and (new := _unknown(old, expected)):
+                    kept = _keep_aside(old, out, "old")  # written in the last instant
+                    log(f"--out {out} received files while the results were swapped "
+                        f"in ({_names(new)}): the earlier contents are kept in {kept}")
+                else:
+                    old.rmtree()
     except BaseException:
         if local and stage.exists() and stage != out:
             stage.rmtree()
@@ -89,6 +182,24 @@ def write_results(out, report: Report, meta: dict, log=print) -> epath.Path:
     if replacing:
         log(f"replaced the earlier results in {out}")
     return out
+
+
+def _names(paths: list[str], most: int = 5) -> str:
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
+
+
+def _keep_aside(folder: epath.Path, out: epath.Path, kind: str = "new") -> epath.Path:
+    """Renames `folder` to a visible, unused `<out>.<kind>-<time>` beside `out`."""
+    import time
+
+    base = f"{out.name}.{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+    target, n = out.parent / base, 1
+    while target.exists():
+        n += 1
+        target = out.parent / f"{base}-{n}"
+    os.replace(os.fspath(folder), os.fspath(target))
+    return target
 
 
 def _json(obj):

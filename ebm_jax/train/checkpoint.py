@@ -128,21 +128,49 @@ class StageCheckpoints:
     # -- writing
     def save(self, step: int, state, meta: dict, *, force: bool = False) -> bool:
         """Saves when `step` is a multiple of save_every (or `force`); returns whether a
-        save was started. Asynchronous: call `wait()` or `close()` to finish it."""
-        return self._manager.save(
-            int(step),
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-            ),
-            force=force,
-        )
+        save was started. Asynchronous: call `wait()` or `close()` to finish it. A save
+        that fails (disk full, a path too long) raises a one-line CheckpointError."""
+        self.wait()  # the previous save (orbax waits for it anyway): its failure
+        self._saving = int(step)  # names its own step
+        try:
+            return self._manager.save(
+                int(step),
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                ),
+                force=force,
+            )
+        except Exception as e:  # noqa: BLE001 - re-raised as one line naming the step
+            raise self._unwritable(e) from None
 
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001
+            raise self._unwritable(e) from None
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Finishes a save under way and closes; a failed save is a CheckpointError
+        (and closing then raises it once, not twice)."""
+        try:
+            self.wait()
+        except CheckpointError:
+            try:
+                self._manager.close()
+            except Exception:  # noqa: BLE001 - the same failure, already reported
+                pass
+            raise
+        try:
+            self._manager.close()
+        except Exception as e:  # noqa: BLE001
+            raise self._unwritable(e) from None
+
+    def _unwritable(self, error: BaseException) -> CheckpointError:
+        """One line: the checkpoint being written and the operating system's reason."""
+        step = getattr(self, "_saving", None)
+        where = f"{self.directory}/{step}" if step is not None else str(self.directory)
+        return CheckpointError(f"could not write checkpoint {where}: "
+                               f"{_cause(error)}")
 
     def __enter__(self):
         return self
@@ -197,11 +225,34 @@ class StageCheckpoints:
         return int(step)
 
     def _unreadable(self, step, error) -> CheckpointError:
+        detail = " ".join(str(error).split())[:300]  # one line, however long the spec
         return CheckpointError(
             f"checkpoint {self.directory}/{step} cannot be read (corrupted or truncated?): "
-            f"{type(error).__name__}: {str(error)[:300]}. Remove that directory to resume "
+            f"{type(error).__name__}: {detail}. Remove that directory to resume "
             "from an earlier checkpoint, or start over with --restart."
         )
+
+
+def _cause(error: BaseException) -> str:
+    """The operating-system error inside `error` (orbax wraps it), as one line with
+    what to do; else the error's first line."""
+    import errno
+
+    seen, e = set(), error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno is not None:
+            name = e.filename if isinstance(e.filename, str) else None
+            text = f"{e.strerror or e} [{errno.errorcode.get(e.errno, e.errno)}]"
+            if e.errno == errno.ENAMETOOLONG:
+                length = f"{len(name)} characters: " if name else ""
+                return f"{text}: the path is too long ({length}use a shorter --workdir)"
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                return f"{text}: free some space, or use a --workdir on another disk"
+            return text + (f" ({name})" if name else "")
+        e = e.__cause__ or e.__context__
+    first = (str(error).strip().splitlines() or [""])[0][:300]
+    return f"{type(error).__name__}: {first}"
 
 
 def load_stage_params(run_dir: str | os.PathLike, stage: str, target, *,
