@@ -49,6 +49,7 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                    log=print) -> Report:
     """Runs `cfg` through its recipe; writes `<out>/results.*` when `out` is given."""
     from ebm_jax.checks import disjoint_dirs, writable_dir
+    from ebm_jax.io import is_local
     from ebm_jax.train import initialize_distributed, make_mesh
     from ebm_jax.train.records import versions
     from ebm_jax.train.stages import RunContext, RunLock
@@ -71,7 +72,8 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                 disjoint_dirs("--workdir", workdir, "--out", out,
                               why="the results replace --out whole")
                 out = check_out(out)
-                held.enter_context(RunLock.beside(out, "--out"))
+                if is_local(out):  # an object store: no lock file, no swap
+                    held.enter_context(RunLock.beside(out, "--out"))
                 clean_stale(out, log=log)
                 expected = out_contents(out)  # what the results may replace
             writable_dir("--workdir", workdir)
