@@ -6,9 +6,24 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "4")
 
 
+import importlib.util  # noqa: E402
 import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The toy recipe of tests/train/toy_recipe.py (a recipe module the runner accepts:
+    `check`, `run`, `Config`), imported afresh for each test module as `toy_recipe`."""
+    path = Path(__file__).parent / "train" / "toy_recipe.py"
+    spec = importlib.util.spec_from_file_location("toy_recipe", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["toy_recipe"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ are kept, leftovers of an interrupted results write are cleared, symbolic links 
 broken lock files are one clear line (ebm_jax.recipes.runner, ebm_jax.report.output,
 ebm_jax.train.stages.RunLock, ebm_jax.checks)."""
 
-import importlib.util
 import json
 import os
 import socket
@@ -20,16 +19,6 @@ from ebm_jax.train.stages import RunLock, RunLockedError
 
 HERE = Path(__file__).parent
 DEAD = 2**22 + 12345  # above Linux's largest pid: never a running process
-
-
-@pytest.fixture(scope="module")
-def toy():
-    spec = importlib.util.spec_from_file_location("toy_recipe",
-                                                  HERE / "train" / "toy_recipe.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["toy_recipe"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(toy, workdir, out=None, **cfg):

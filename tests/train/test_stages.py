@@ -2,12 +2,10 @@
 named keys, path-independent resume, the work-directory lock, cached results,
 corrupt files, the results directory, Ctrl-C."""
 
-import importlib.util
 import json
 import os
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import jax
@@ -24,17 +22,6 @@ from ebm_jax.train.stages import (
     interrupted_message,
     stable_hash,
 )
-
-HERE = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def toy():
-    spec = importlib.util.spec_from_file_location("toy_recipe", HERE / "toy_recipe.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["toy_recipe"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(toy, workdir, out=None, **cfg):
