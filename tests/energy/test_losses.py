@@ -26,6 +26,7 @@ from ebm_jax.energy import (
     sm_loss,
 )
 from ebm_jax.models import ToyEnergyMLP
+from tests.tolerances import EPS32, assert_within, float32_sum_atol
 
 # A test energy with a closed-form gradient and Hessian diagonal:
 #   f(x, y) = -||y - W x||^2 / (2 S^2) + A sum(sin(3 y))
@@ -66,12 +67,88 @@ def f64(a):
     return np.asarray(a, np.float64)
 
 
+# Float32 error bounds for the comparisons with the NumPy transcriptions below (the losses
+# run in float32, the references in float64 on the same float32 samples), carried to
+# first order as in tests/tolerances.py: an expression a few roundings deep is within
+# float32_sum_atol(depth, the expression with every term replaced by its absolute value).
+DEPTH = 10  # roundings along one term of f or of log q (inputs, W, products, difference,
+#             square, scale; 3 y, sin within an ulp or two, A times), with a margin
+
+
+def _f_atol(x, y):
+    """|float32 f_jax(x, y) - f_np(x, y)| per row, the inputs' rounding included."""
+    return float32_sum_atol(K + DEPTH, np.sum(_quad_terms(y, W * f64(x), S)
+                                              + A * (3 * np.abs(f64(y)) + 1), -1))
+
+
+def _quad_terms(y, c, s):
+    """The scale of (y - c)^2 / (2 s^2)'s rounding: y - c within a few roundings of
+    |y| + |c|, so its square within 2 |y - c| times that, plus the square's own."""
+    y, c = np.broadcast_arrays(f64(y), f64(c))
+    d = np.abs(y - c)
+    return (d * (np.abs(y) + np.abs(c)) + d**2) / (2 * s**2)
+
+
+def _grad_atol(x, y):
+    """|float32 grad_y f_jax - grad_np| per component (autodiff: the same roundings)."""
+    ax, ay = np.abs(f64(x)), np.abs(f64(y))
+    return float32_sum_atol(DEPTH, (ay + W * ax) / S**2 + 3 * A * (3 * ay + 1))
+
+
+def _lse_atol(v, err):
+    """A float32 max-shifted log-sum-exp over the first axis of n values `v`, each within
+    `err`: the softmax-weighted errors (first order), plus its own rounding (the shifts,
+    the exps, the n-term sum of numbers in (0, 1] that is at least 1, the log, the
+    add-back)."""
+    v = f64(v)
+    lse = logsumexp(v, axis=0)
+    p = np.exp(v - lse)  # d lse / dv, to first order
+    return (np.sum(p * err, 0) + float32_sum_atol(v.shape[0] + 4, 1)
+            + EPS32 * (np.sum(p * (np.max(v, 0) - v), 0) + np.abs(lse)))
+
+
+def _log_mix_atol(y, c, sigmas):
+    """|float32 log q(y | c) - log_mix_np(y, c, sigmas)| per row: each component as f's
+    quadratic term, then the log-sum-exp over the components."""
+    comps = [log_mix_np(y, c, (s,)) for s in sigmas]
+    errs = [float32_sum_atol(K + DEPTH, np.sum(_quad_terms(y, c, s), -1)
+                             + (K / 2) * abs(np.log(2 * np.pi * s**2))) for s in sigmas]
+    return _lse_atol(np.stack(comps), np.stack(errs))
+
+
+def _score_atol(ys, sigmas):
+    """Per sample: s = f - log q and its bound (both terms' and the difference's)."""
+    f, lq = f_np(X, ys), log_mix_np(ys, Y, sigmas)
+    return f - lq, _f_atol(X, ys) + _log_mix_atol(ys, Y, sigmas) + EPS32 * (np.abs(f)
+                                                                          + np.abs(lq))
+
+
+def _langevin_np(y, steps, alpha, key, grad, grad_atol, lipschitz):
+    """The chains of `langevin_chains` in float64 and a running bound on a float32 run's
+    distance from them: a step moves an error e to at most e (1 + alpha^2 L / 2) (L the
+    score's Lipschitz constant; the Hessians here are diagonal), adds the float32 score's
+    error times alpha^2 / 2 and the step's own roundings (the noise within a few ulps)."""
+    e = np.zeros_like(y)
+    for l in range(steps):
+        eps = f64(jax.random.normal(jax.random.fold_in(key, l), y.shape))
+        g = grad(y)
+        e = (e * (1 + 0.5 * alpha**2 * lipschitz) + 0.5 * alpha**2 * grad_atol(y)
+             + float32_sum_atol(4, np.abs(y) + 0.5 * alpha**2 * np.abs(g)
+                                + alpha * np.abs(eps)))
+        y = y + 0.5 * alpha**2 * g + alpha * eps
+    return y, e
+
+
+L_F = 1 / S**2 + 9 * A  # max |d^2 f / dy_k^2| (the Hessian of f in y is diagonal)
+
+
 def test_ml_is_matches_numpy():
     sigmas = (0.2, 1.6)
     ys = f64(gaussian_mixture(sigmas).sample(KEY, jnp.asarray(Y, jnp.float32), M))
     ref = np.log(np.mean(np.exp(f_np(X, ys) - log_mix_np(ys, Y, sigmas)))) - f_np(X, Y)
     got = ml_is_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigmas=sigmas, num_samples=M)
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    s, e = _score_atol(ys, sigmas)
+    assert_within(got, ref, _lse_atol(s, e) + _f_atol(X, Y) + EPS32 * (abs(ref) + np.log(M)))
 
 
 def test_kld_is_matches_numpy():
@@ -82,7 +159,14 @@ def test_kld_is_matches_numpy():
     ref = np.log(np.mean(np.exp(f_np(X, ys) - log_q))) - np.mean(f_np(X, ys) * p_over_q)
     got = kld_is_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigmas=sigmas,
                       label_sigma=ls, num_samples=M)
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    s, e = _score_atol(ys, sigmas)
+    # the mean of f p/q: each product within |f| |err of p/q| + p/q |err f| + a rounding
+    f, e_f = f_np(X, ys), _f_atol(X, ys)
+    e_ratio = p_over_q * (_log_mix_atol(ys, Y, (ls,)) + _log_mix_atol(ys, Y, sigmas)
+                          + float32_sum_atol(3, 1 + np.abs(log_mix_np(ys, Y, (ls,)) - log_q)))
+    e_mean = (np.mean(np.abs(f) * e_ratio + p_over_q * e_f)
+              + float32_sum_atol(M + 1, np.mean(np.abs(f) * p_over_q)))
+    assert_within(got, ref, _lse_atol(s, e) + e_mean + EPS32 * (abs(ref) + np.log(M)))
 
 
 def _nce_ref(y0, ys, sigmas):
@@ -91,11 +175,17 @@ def _nce_ref(y0, ys, sigmas):
     return -np.log(np.exp(s[0]) / np.sum(np.exp(s)))
 
 
+def _nce_atol(y0, ys, sigmas):
+    """Bound for the NCE loss lse(s) - s[0] over y0 and the M noise samples."""
+    s, e = _score_atol(np.concatenate([f64(y0)[None], ys]), sigmas)
+    return _lse_atol(s, e) + e[0] + EPS32 * abs(_nce_ref(y0, ys, sigmas))
+
+
 def test_nce_matches_numpy():
     sigmas = (0.1, 0.8)
     ys = f64(gaussian_mixture(sigmas).sample(KEY, jnp.asarray(Y, jnp.float32), M))
     got = nce_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigmas=sigmas, num_samples=M)
-    np.testing.assert_allclose(got, _nce_ref(Y, ys, sigmas), rtol=1e-4, atol=1e-4)
+    assert_within(got, _nce_ref(Y, ys, sigmas), _nce_atol(Y, ys, sigmas))
 
 
 @pytest.mark.parametrize("beta_scale", ["std", "variance"])
@@ -114,38 +204,51 @@ def test_nce_plus_matches_numpy_and_reduces_to_nce(beta_scale):
     got = nce_plus_loss(
         f_jax, X, y32, KEY, sigmas=sigmas, beta=beta, num_samples=M, beta_scale=beta_scale
     )
-    np.testing.assert_allclose(got, _nce_ref(Y + v, ys, sigmas), rtol=1e-4, atol=1e-4)
+    # y^(0) = y + v in float32 is a few roundings of |y| + |v|: inside the bound's DEPTH
+    assert_within(got, _nce_ref(Y + v, ys, sigmas), _nce_atol(Y + v, ys, sigmas))
     # beta = 0: y^(0) = y_i, standard NCE on the same noise samples
     got0 = nce_plus_loss(f_jax, X, y32, KEY, sigmas=sigmas, beta=0.0, num_samples=M)
-    np.testing.assert_allclose(got0, _nce_ref(Y, ys, sigmas), rtol=1e-4, atol=1e-4)
+    assert_within(got0, _nce_ref(Y, ys, sigmas), _nce_atol(Y, ys, sigmas))
 
 
 def test_sm_matches_numpy():
-    ref = np.sum(hess_diag_np(X, Y)) + 0.5 * np.sum(grad_np(X, Y) ** 2)
-    np.testing.assert_allclose(sm_loss(f_jax, X, jnp.asarray(Y, jnp.float32)), ref, rtol=1e-5)
+    h, g = hess_diag_np(X, Y), grad_np(X, Y)
+    ref = np.sum(h) + 0.5 * np.sum(g**2)
+    # the Hessian's diagonal as the score (9 A |sin| for 3 A |cos|), g^2 within 2 |g| e_g
+    e_h = float32_sum_atol(DEPTH, 1 / S**2 + 9 * A * (3 * np.abs(Y) + 1))
+    tol = (np.sum(e_h + np.abs(g) * _grad_atol(X, Y))
+           + float32_sum_atol(2 * K + 2, np.sum(np.abs(h) + 0.5 * g**2)))
+    assert_within(sm_loss(f_jax, X, jnp.asarray(Y, jnp.float32)), ref, tol)
 
 
 def test_dsm_matches_numpy():
     sigma = 0.2
     noisy = f64(isotropic_gaussian(sigma).sample(KEY, jnp.asarray(Y, jnp.float32), M))
-    ref = np.mean(np.sum((grad_np(X, noisy) + (noisy - Y) / sigma**2) ** 2, -1))
+    r = grad_np(X, noisy) + (noisy - Y) / sigma**2
+    ref = np.mean(np.sum(r**2, -1))
     got = dsm_loss(f_jax, X, jnp.asarray(Y, jnp.float32), KEY, sigma=sigma, num_samples=M)
-    np.testing.assert_allclose(got, ref, rtol=1e-4)
+    # the residual within the score's bound and (noisy - y) / sigma^2's roundings of
+    # |noisy| + |y|; its square within 2 |r| e_r; then the mean of M K squares
+    e_r = _grad_atol(X, noisy) + float32_sum_atol(4, (np.abs(noisy) + np.abs(Y)) / sigma**2
+                                                  + np.abs(grad_np(X, noisy)))
+    tol = np.mean(np.sum(2 * np.abs(r) * e_r, -1)) + float32_sum_atol(M * K + 2, ref)
+    assert_within(got, ref, tol)
 
 
 def test_langevin_and_ml_mcmc_match_numpy():
     alpha, steps, chains = 0.05, 5, 8
-    y = np.tile(Y, (chains, 1))
-    for l in range(steps):
-        eps = f64(jax.random.normal(jax.random.fold_in(KEY, l), (chains, K)))
-        y = y + 0.5 * alpha**2 * grad_np(X, y) + alpha * eps
+    y, e_y = _langevin_np(np.tile(Y, (chains, 1)), steps, alpha, KEY, lambda v: grad_np(X, v),
+                          lambda v: _grad_atol(X, v), L_F)
     y32 = jnp.asarray(Y, jnp.float32)
     got = langevin_chains(lambda yy: f_jax(X, yy), jnp.tile(y32, (chains, 1)), KEY,
                           num_steps=steps, step_size=alpha)
-    np.testing.assert_allclose(got, y, rtol=1e-4, atol=1e-5)
+    assert_within(got, y, e_y)
     loss = ml_mcmc_loss(f_jax, X, y32, KEY, num_steps=steps, step_size=alpha,
                         num_samples=chains)
-    np.testing.assert_allclose(loss, np.mean(f_np(X, y)) - f_np(X, Y), rtol=1e-4, atol=1e-5)
+    # f at the samples within |grad f| e_y + f's own bound; the mean and the difference
+    e_loss = (np.mean(np.sum(np.abs(grad_np(X, y)) * e_y, -1) + _f_atol(X, y)) + _f_atol(X, Y)
+              + float32_sum_atol(chains + 1, np.mean(np.abs(f_np(X, y))) + abs(f_np(X, Y))))
+    assert_within(loss, np.mean(f_np(X, y)) - f_np(X, Y), e_loss)
 
 
 def test_ml_mcmc_samples_carry_no_gradient():
@@ -165,7 +268,16 @@ def test_ml_mcmc_samples_carry_no_gradient():
     def fixed(w):
         return jnp.mean(jax.vmap(lambda s: energy(w, X, s))(samples)) - energy(w, X, y32)
 
-    np.testing.assert_allclose(jax.grad(loss)(0.7), jax.grad(fixed)(0.7), rtol=1e-5)
+    # Two programs: each side's samples within e_s of the float64 chains (a score
+    # -2 (y - w x), Lipschitz 2), and d/dw = mean 2 x.(s - w x) - 2 x.(y - w x) moves by
+    # 2 |x|.e_s per sample; plus both sides' roundings of those sums.
+    x = np.abs(f64(X))
+    s, e_s = _langevin_np(np.tile(Y, (4, 1)), 3, 0.1, KEY, lambda v: -2 * (v - 0.7 * f64(X)),
+                          lambda v: float32_sum_atol(DEPTH, 2 * (np.abs(v) + 0.7 * x)), 2.0)
+    terms = np.mean(np.sum(2 * x * (np.abs(s) + 0.7 * x), -1)) + np.sum(2 * x * (np.abs(Y)
+                                                                             + 0.7 * x))
+    tol = 2 * np.mean(np.sum(2 * x * e_s, -1)) + 2 * float32_sum_atol(DEPTH + 4 * K, terms)
+    assert_within(jax.grad(loss)(0.7), jax.grad(fixed)(0.7), tol)
 
 
 # --------------------------------------------------------------------------- log Z
@@ -368,6 +480,12 @@ def test_batched_energy_gives_the_plain_losses_and_gradients(method, y_dim):
 
     plain, g_plain = jax.jit(jax.value_and_grad(lambda p: objective(p, False)))(params)
     fast, g_fast = jax.jit(jax.value_and_grad(lambda p: objective(p, True)))(params)
+    # Two programs over the same network. No useful float32 bound: the samples of DSM and
+    # ML-MCMC move along the network's scores, SM and DSM use its derivatives, and the
+    # parameter gradients are its backward pass (tests/tolerances.py bounds the forward
+    # pass only). The tolerances are relative to the loss and to the largest gradient;
+    # measured over the 8 cases under the default (AVX-512), AVX2 and SSE4_2 kernels:
+    # the losses' gap at most 1/100 of its tolerance, the gradients' (up to 2.2e-7) 1/7.7.
     np.testing.assert_allclose(fast, plain, rtol=1e-5, atol=1e-6)
     scale = max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(g_plain))
     for a, b in zip(jax.tree.leaves(g_fast), jax.tree.leaves(g_plain)):
@@ -382,7 +500,10 @@ def test_batched_langevin_equals_per_chain_langevin():
                                 step_size=0.05)
     batched = langevin_chains(lambda ys: jax.vmap(lambda yy: f_jax(X, yy))(ys), y0, KEY,
                               num_steps=6, step_size=0.05, batched=True)
-    np.testing.assert_allclose(batched, per_chain, rtol=1e-6, atol=1e-6)
+    # two programs (the score vmapped or not): each run within e_y of the float64 chains
+    _, e_y = _langevin_np(np.tile(Y, (chains, 1)), 6, 0.05, KEY, lambda v: grad_np(X, v),
+                          lambda v: _grad_atol(X, v), L_F)
+    assert_within(batched, per_chain, 2 * e_y)
 
 
 def test_langevin_loop_is_not_compiled_as_one_small_kernel():
@@ -413,8 +534,7 @@ def test_batched_energy_below_min_rows_uses_the_per_target_energy():
     energy = BatchedEnergy(f_jax, many, min_rows=9)
     ys = jnp.tile(jnp.asarray(Y, jnp.float32), (8, 1))
     assert not uses_many(energy, 8) and uses_many(energy, 9)
-    np.testing.assert_allclose(energies(energy, X, ys), f_np(X, np.asarray(ys)), rtol=1e-5)
-    np.testing.assert_allclose(scores(energy, X, ys), grad_np(X, np.asarray(ys)),
-                               rtol=1e-4, atol=1e-5)
+    assert_within(energies(energy, X, ys), f_np(X, f64(ys)), _f_atol(X, ys))
+    assert_within(scores(energy, X, ys), grad_np(X, f64(ys)), _grad_atol(X, ys))
     with pytest.raises(ValueError, match="min_rows"):
         BatchedEnergy(f_jax, many, min_rows=0)
