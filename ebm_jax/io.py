@@ -145,3 +145,21 @@ def file_digests(paths, *, cache=None) -> list[str]:
     if cache is not None and changed:
         atomic_write(cache, json.dumps({"files": entries}, separators=(",", ":")))
     return out
+
+
+# the end of a complete file: JPEG's end-of-image marker, PNG's IEND chunk; looked for
+# in the file's last bytes (a few encoders pad after it), without decoding
+_END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82"}
+_END_TAIL = 1024
+
+
+def image_cut_short(f, image_format: str | None) -> bool:
+    """True when the open binary file `f` is a JPEG or PNG (`image_format` as PIL names
+    it) whose end marker is missing from its last bytes: a file cut short, its header
+    intact and its data truncated, which opening the header alone does not notice."""
+    marker = _END_MARKERS.get(image_format or "")
+    if marker is None:
+        return False
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - _END_TAIL))
+    return marker not in f.read()

@@ -31,7 +31,7 @@ from ebm_jax.data.detector import (  # noqa: F401 (re-exported: the set's detect
     duplicate_fraction,
     simulate_detections,
 )
-from ebm_jax.io import atomic_write
+from ebm_jax.io import atomic_write, image_cut_short
 
 SHAPES = ("disc", "square", "triangle", "cross", "ring", "diamond", "bar", "ellipse")
 
@@ -224,15 +224,21 @@ def check_images(image_dir: Path, images: list[dict], annotations: Path) -> None
     for im in images:
         path = image_dir / str(im.get("file_name"))
         try:
-            with Image.open(path) as f:
-                size = f.size
+            with open(path, "rb") as raw, Image.open(raw) as f:
+                size, image_format = f.size, f.format
                 f.verify()
+                cut = image_cut_short(raw, image_format)
         except FileNotFoundError:
             raise ValueError(f"image {path} (image id {im.get('id')} of {annotations}) "
                              "does not exist") from None
         except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as e:
             raise ValueError(f"image {path} (image id {im.get('id')} of {annotations}) "
                              f"cannot be read ({e}); replace or remove it") from None
+        if cut:
+            raise ValueError(f"image {path} (image id {im.get('id')} of {annotations}) is "
+                             f"cut short (its header is intact, its {image_format} end "
+                             "marker is missing: a truncated copy or download); replace "
+                             "it")
         if size != (im.get("width"), im.get("height")):
             raise ValueError(f"image {path} is {size[0]}x{size[1]}, but {annotations} "
                              f"says {im.get('width')}x{im.get('height')} (image id "

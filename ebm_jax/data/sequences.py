@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ebm_jax.io import image_cut_short
+
 VERIFY_LEVELS = ("exists", "header", "full")
 BOX_MODES = ("all", "first")
 
@@ -183,23 +185,6 @@ def _read_label(where: str, path: Path, n: int, *, columns: int = 1, low=None, h
     return values[:, 0] if columns == 1 else values
 
 
-# the end of a complete file: JPEG's end-of-image marker, PNG's IEND chunk; looked for
-# in the file's last bytes (a few encoders pad after it), without decoding
-_END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82"}
-_END_TAIL = 1024
-
-
-def _cut_short(f, image_format: str | None) -> bool:
-    """True when the open file `f` is a JPEG or PNG whose end marker is missing from its
-    last bytes: a file cut short (its header intact, the data truncated)."""
-    marker = _END_MARKERS.get(image_format or "")
-    if marker is None:
-        return False
-    size = f.seek(0, os.SEEK_END)
-    f.seek(max(0, size - _END_TAIL))
-    return marker not in f.read()
-
-
 def _check_frames(where: str, frames: list[Path], verify: str) -> tuple[int, int]:
     """Opens each frame's header and checks that the file ends as a complete JPEG or PNG
     does (or only the first frame's header with verify="exists"; decodes every frame
@@ -211,7 +196,7 @@ def _check_frames(where: str, frames: list[Path], verify: str) -> tuple[int, int
                 if verify == "full":
                     image.load()
                 this = image.size
-                cut = verify == "header" and _cut_short(f, image.format)
+                cut = verify == "header" and image_cut_short(f, image.format)
         except Exception as error:  # PIL raises many types on corrupt files
             stage = "decode" if verify == "full" else "header"
             raise SequenceError(f"{where}, frame {i + 1} ({path}): unreadable image "

@@ -153,3 +153,25 @@ def test_a_corrupt_set_is_named_when_opened(tmp_path, coco_folder):
         det.load_detection_set(path, tmp_path / "img", image_size=64)
     with pytest.raises(ValueError, match="annotation file .*none.json does not exist"):
         det.load_detection_set(tmp_path / "none.json", tmp_path / "img", image_size=64)
+
+
+@pytest.mark.parametrize("kind", ["JPEG", "PNG"])
+def test_an_image_cut_short_is_refused_when_the_set_is_opened(tmp_path, coco_folder, kind):
+    """A copy or download cut short keeps its header (size, format); PIL's verify()
+    notices some cuts ('Truncated File Read') but passes one that loses only the last
+    bytes: its missing end marker tells, before any training."""
+    anns = [{"id": 1, "image_id": 1, "category_id": 7, "bbox": [4, 2, 10, 8], "iscrowd": 0}]
+    path = coco_folder(anns, sizes=((40, 20), (16, 32)))
+    pixels = np.random.default_rng(0).integers(0, 256, (32, 16, 3), np.uint8)
+    name = "2.jpg" if kind == "JPEG" else "2.png"
+    data = json.loads(path.read_text())
+    data["images"][1]["file_name"] = name
+    path.write_text(json.dumps(data))
+    (tmp_path / "img" / "2.png").unlink()
+    Image.fromarray(pixels).save(tmp_path / "img" / name, format=kind)
+    det.load_detection_set(path, tmp_path / "img", image_size=64)  # whole: accepted
+    whole = (tmp_path / "img" / name).read_bytes()
+    (tmp_path / "img" / name).write_bytes(whole[:-2])  # verify() passes this one
+    with pytest.raises(ValueError, match=rf"image .*{name} \(image id 2 of .*ann.json\) "
+                       f"is cut short .*{kind} end marker is missing"):
+        det.load_detection_set(path, tmp_path / "img", image_size=64)
