@@ -24,7 +24,20 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from ebm_jax.io import image_cut_short
+from ebm_jax.data.sequence_rules import (
+    FRAME_FILE,
+    SequenceError,
+    check_choice,
+    check_frames,
+    check_inside,
+    check_labels,
+    check_points,
+    clean_boxes,
+    expand_root,
+    list_frames,
+    read_label,
+    read_table,
+)
 
 VERIFY_LEVELS = ("exists", "header", "full")
 BOX_MODES = ("all", "first")
@@ -36,14 +49,7 @@ OTB_FRAME_RANGES: dict[str, tuple[int, int]] = {
     "David": (300, 770), "Football1": (1, 74), "Freeman3": (1, 460),
     "Freeman4": (1, 283), "Diving": (1, 215)}
 
-_FRAME_FILE = re.compile(r"^(\d+)\.(jpg|jpeg|png)$", re.IGNORECASE)
-_SEPARATORS = re.compile(r"[,\s]+")
 _OTB_ANNOTATION = re.compile(r"^groundtruth_rect(?:\.(\d+))?\.txt$")
-
-
-class SequenceError(ValueError):
-    """A tracking set that cannot be used as it is; the message names the root, the
-    sequence, the frame or file, and the rule that failed."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -105,199 +111,6 @@ class Sequence:
                                 f"sequence's frames are {self.image_size[0]}x"
                                 f"{self.image_size[1]}")
         return pixels
-
-
-def _expand(root) -> Path:
-    return Path(os.path.expanduser(os.fspath(root))).absolute()
-
-
-def _check_choice(name: str, value, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise SequenceError(f"{name} must be one of {allowed}, got {value!r}")
-
-
-def _list_frames(where: str, folder: Path, start: int | None) -> list[Path]:
-    """Numbered image files of `folder`, sorted; the numbering must be contiguous (from
-    `start` when given)."""
-    numbered: dict[int, Path] = {}
-    for entry in os.scandir(folder):
-        match = _FRAME_FILE.match(entry.name)
-        if match and entry.is_file():
-            k = int(match.group(1))
-            if k in numbered:
-                raise SequenceError(f"{where}, frame {k}: two files ({numbered[k].name}, "
-                                    f"{entry.name}); rule: one image file per frame")
-            numbered[k] = folder / entry.name
-    if not numbered:
-        raise SequenceError(f"{where}: no frames (numbered .jpg/.png files) in {folder}; "
-                            "rule: a sequence has at least one frame")
-    numbers = sorted(numbered)
-    first = numbers[0] if start is None else start
-    expected = np.arange(first, first + len(numbers))
-    if not np.array_equal(numbers, expected):
-        gap = int(expected[np.argmax(np.asarray(numbers) != expected)])
-        raise SequenceError(f"{where}, frame {gap}: the frame file is missing in {folder} "
-                            f"(files run {numbers[0]}..{numbers[-1]}); rule: frames are "
-                            f"numbered {first}, {first + 1}, ... without gaps")
-    return [numbered[k] for k in numbers]
-
-
-def _read_table(where: str, path: Path, columns: int) -> np.ndarray:
-    """Rows of `columns` numbers separated by commas, tabs or spaces; errors name the
-    line."""
-    try:
-        lines = path.read_text().strip().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SequenceError(f"{where}: cannot read {path} ({error})") from error
-    rows = np.empty((len(lines), columns), np.float64)
-    for j, line in enumerate(lines):
-        fields = [f for f in _SEPARATORS.split(line.strip()) if f]
-        try:
-            if len(fields) != columns:
-                raise ValueError(f"{len(fields)} fields")
-            rows[j] = [float(f) for f in fields]
-        except ValueError as error:
-            raise SequenceError(f"{where}: {path.name} line {j + 1} ({line.strip()!r}) "
-                                f"does not parse ({error}); rule: {columns} numbers per "
-                                "line separated by commas, tabs or spaces") from error
-    return rows
-
-
-def _read_label(where: str, path: Path, n: int, *, columns: int = 1, low=None, high=None,
-                integer: bool = False) -> np.ndarray | None:
-    if not path.is_file():
-        return None
-    values = _read_table(where, path, columns)
-    if len(values) != n:
-        raise SequenceError(f"{where}, frame {min(len(values), n) + 1}: {path.name} has "
-                            f"{len(values)} lines but the sequence has {n} frames; rule: "
-                            "one line per frame")
-    if low is not None:
-        bad = ~((values >= low) & (values <= high))
-        if integer:
-            bad |= values != np.round(values)
-        if bad.any():
-            j = int(np.argmax(bad.any(axis=1)))
-            kind = "integers" if integer else "values"
-            raise SequenceError(f"{where}, frame {j + 1}: {path.name} line {j + 1} is "
-                                f"{values[j].tolist()}; rule: {kind} in [{low}, {high}]")
-    values = values.astype(np.int64) if integer else values
-    return values[:, 0] if columns == 1 else values
-
-
-def _check_frames(where: str, frames: list[Path], verify: str) -> tuple[int, int]:
-    """Opens each frame's header and checks that the file ends as a complete JPEG or PNG
-    does (or only the first frame's header with verify="exists"; decodes every frame
-    with "full"); all must be readable and of one size. Returns (height, width)."""
-    size = None
-    for i, path in enumerate(frames if verify != "exists" else frames[:1]):
-        try:
-            with open(path, "rb") as f, Image.open(f) as image:
-                if verify == "full":
-                    image.load()
-                this = image.size
-                cut = verify == "header" and image_cut_short(f, image.format)
-        except Exception as error:  # PIL raises many types on corrupt files
-            stage = "decode" if verify == "full" else "header"
-            raise SequenceError(f"{where}, frame {i + 1} ({path}): unreadable image "
-                                f"{stage} ({error}); rule: every frame is a readable "
-                                "image") from error
-        if cut:
-            raise SequenceError(f"{where}, frame {i + 1} ({path}): the image is cut short "
-                                f"(its header is intact, its {image.format} end marker "
-                                "is missing: a truncated copy or download); rule: every "
-                                "frame is a complete image")
-        if size is None:
-            size = this
-        elif this != size:
-            raise SequenceError(f"{where}, frame {i + 1} ({path}): image is {this[1]}x"
-                                f"{this[0]} (HxW) but frame 1 is {size[1]}x{size[0]}; "
-                                "rule: all frames of a sequence have one size")
-    return size[1], size[0]
-
-
-def _clean_boxes(where: str, frames: list[Path], boxes: np.ndarray, exempt: np.ndarray,
-                 annotation: str) -> np.ndarray:
-    """NaN for the rows that may lack a box (`exempt`); any other NaN or w/h <= 0 box is
-    an error. The first frame must always have a valid box."""
-    invalid = ~np.isfinite(boxes).all(axis=1) | ~(boxes[:, 2] > 0) | ~(boxes[:, 3] > 0)
-    exempt = exempt.copy()
-    exempt[0] = False
-    bad = invalid & ~exempt
-    if bad.any():
-        i = int(np.argmax(bad))
-        rule = ("the first frame needs a valid box" if i == 0 else "boxes are finite with "
-                "w, h > 0 except in frames marked absent (absence.label 1 or cover 0)")
-        raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {annotation} line "
-                            f"{i + 1} is {boxes[i].tolist()}; rule: {rule}")
-    return np.where(invalid[:, None], np.nan, boxes)
-
-
-def _check_inside(where: str, frames: list[Path], boxes: np.ndarray, size, annotation: str,
-                  absent: np.ndarray | None = None) -> None:
-    """A box must overlap the image: a box (x, y, w, h), 1-indexed, covers [x, x + w) x
-    [y, y + h), the image [1, W + 1) x [1, H + 1). A box partly outside is kept (the
-    target leaves the frame); one wholly outside is an error (in frames where the target
-    is not marked absent), most likely annotations at another resolution than the
-    frames'."""
-    height, width = size
-    x, y, w, h = boxes.T
-    with np.errstate(invalid="ignore"):
-        outside = (x + w <= 1) | (x >= width + 1) | (y + h <= 1) | (y >= height + 1)
-    if absent is not None:
-        outside &= ~absent
-    if outside.any():
-        i = int(np.argmax(outside))
-        raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {annotation} line "
-                            f"{i + 1} is {boxes[i].tolist()}, wholly outside the "
-                            f"{width}x{height} (WxH) frame; rule: a box overlaps its frame "
-                            "(1-indexed x, y, w, h; partly outside is allowed). Were the "
-                            "frames resized after annotating? The boxes must be at the "
-                            "frames' resolution")
-
-
-def _check_labels(where: str, absence: np.ndarray | None, cover: np.ndarray | None) -> None:
-    """absence.label 1 (the target is not in the frame) with cover.label > 0 (a visible
-    part of it) contradict each other. (absence 0 with cover 0 is a target in view but
-    fully occluded, as GOT-10k labels it: allowed.)"""
-    if absence is None or cover is None:
-        return
-    bad = (absence == 1) & (cover > 0)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise SequenceError(f"{where}, frame {i + 1}: absence.label line {i + 1} is 1 "
-                            f"(target absent) but cover.label line {i + 1} is "
-                            f"{int(cover[i])} (target {int(cover[i])}/8 visible); rule: an "
-                            "absent target has cover 0")
-
-
-def _check_points(where: str, frames: list[Path], name: str, points: np.ndarray | None,
-                  hidden: np.ndarray, boxes: np.ndarray, size, on_image: bool) -> None:
-    """Points (x, y, 1-indexed) are finite in every frame where the target can be seen
-    (NaN is allowed only where it is marked absent or fully covered); with `on_image`,
-    a finite point lies on the image ([0, W + 1] x [0, H + 1]) or inside its frame's box
-    (the centre of a target partly out of view)."""
-    if points is None:
-        return
-    bad = ~np.isfinite(points).all(axis=1) & ~hidden
-    rule = ("points are finite where the target is visible (NaN only where absence.label "
-            "is 1 or cover.label 0)")
-    if on_image and not bad.any():
-        height, width = size
-        px, py = points.T
-        x, y, w, h = boxes.T
-        with np.errstate(invalid="ignore"):
-            off = (px < 0) | (px > width + 1) | (py < 0) | (py > height + 1)
-            in_box = (px >= x) & (px <= x + w) & (py >= y) & (py <= y + h)
-            bad = off & ~in_box
-        rule = (f"a point lies on the {width}x{height} (WxH) frame, or inside the frame's "
-                "box when the target is partly out of view (1-indexed x, y). Were the "
-                "frames resized after annotating? The points must be at the frames' "
-                "resolution")
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise SequenceError(f"{where}, frame {i + 1} ({frames[i].name}): {name} line "
-                            f"{i + 1} is {points[i].tolist()}; rule: {rule}")
 
 
 def _got10k_names(root: Path, sequences) -> list[str]:
@@ -362,9 +175,9 @@ def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | No
     frame where the target is not marked absent; a NaN point (points.txt,
     noisy_points.txt) where the target is visible; a points.txt point off the frame
     and outside its box."""
-    _check_choice("boxes", boxes, BOX_MODES)
-    _check_choice("verify", verify, VERIFY_LEVELS)
-    root = _expand(root)
+    check_choice("boxes", boxes, BOX_MODES)
+    check_choice("verify", verify, VERIFY_LEVELS)
+    root = expand_root(root)
     if split is not None:
         root = root / split
     if not root.is_dir():
@@ -372,11 +185,11 @@ def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | No
     out = []
     for name in _got10k_names(root, sequences):
         folder, where = root / name, f"{root}: sequence {name!r}"
-        frames = _list_frames(where, folder, start=1)
+        frames = list_frames(where, folder, start=1)
         n = len(frames)
         if not (folder / "groundtruth.txt").is_file():
             raise SequenceError(f"{where}: {folder / 'groundtruth.txt'} does not exist")
-        table = _read_table(where, folder / "groundtruth.txt", 4)
+        table = read_table(where, folder / "groundtruth.txt", 4)
         if len(table) > n:
             raise SequenceError(f"{where}, frame {n + 1} ({n + 1:08d}.jpg): the frame file "
                                 f"is missing: groundtruth.txt has {len(table)} rows but "
@@ -390,22 +203,22 @@ def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | No
                                 "first frame needs a box")
         box_rows = np.full((n, 4), np.nan)
         box_rows[:len(table)] = table
-        absence = _read_label(where, folder / "absence.label", n, low=0, high=1,
+        absence = read_label(where, folder / "absence.label", n, low=0, high=1,
                               integer=True)
-        cover = _read_label(where, folder / "cover.label", n, low=0, high=8, integer=True)
-        ratio = _read_label(where, folder / "visible_ratio.txt", n, low=0.0, high=1.0)
-        points = _read_label(where, folder / "points.txt", n, columns=2)
-        noisy = _read_label(where, folder / "noisy_points.txt", n, columns=2)
-        _check_labels(where, absence, cover)
+        cover = read_label(where, folder / "cover.label", n, low=0, high=8, integer=True)
+        ratio = read_label(where, folder / "visible_ratio.txt", n, low=0.0, high=1.0)
+        points = read_label(where, folder / "points.txt", n, columns=2)
+        noisy = read_label(where, folder / "noisy_points.txt", n, columns=2)
+        check_labels(where, absence, cover)
         absent = absence.astype(bool) if absence is not None else np.zeros(n, bool)
         hidden = absent | (cover == 0 if cover is not None else False)
         exempt = hidden | (np.arange(n) > 0) if boxes == "first" else hidden
-        box_rows = _clean_boxes(where, frames, box_rows, exempt, "groundtruth.txt")
-        size = _check_frames(where, frames, verify)
-        _check_inside(where, frames, box_rows, size, "groundtruth.txt", hidden)
-        _check_points(where, frames, "points.txt", points, hidden, box_rows, size, True)
+        box_rows = clean_boxes(where, frames, box_rows, exempt, "groundtruth.txt")
+        size = check_frames(where, frames, verify)
+        check_inside(where, frames, box_rows, size, "groundtruth.txt", hidden)
+        check_points(where, frames, "points.txt", points, hidden, box_rows, size, True)
         # the noisy point is the point moved by a fixed distance: it may leave the image
-        _check_points(where, frames, "noisy_points.txt", noisy, hidden, box_rows, size,
+        check_points(where, frames, "noisy_points.txt", noisy, hidden, box_rows, size,
                       False)
         out.append(Sequence(name, tuple(map(str, frames)), box_rows, size, absent, cover,
                             ratio, points, noisy))
@@ -447,8 +260,8 @@ def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "hea
     (Jogging, Skating2: groundtruth_rect.1.txt / .2.txt) give Jogging.1 and Jogging.2.
     `sequences` may name a folder to select all its targets. OTB has no absence labels,
     so every box must be valid. verify as in `read_got10k`."""
-    _check_choice("verify", verify, VERIFY_LEVELS)
-    root = _expand(root)
+    check_choice("verify", verify, VERIFY_LEVELS)
+    root = expand_root(root)
     if not root.is_dir():
         raise SequenceError(f"{root}: the OTB root directory does not exist")
     targets, groups = _otb_targets(root)
@@ -462,10 +275,10 @@ def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "hea
         folder, annotation = targets[name]
         where = f"{root}: sequence {name!r}"
         frame_range = ranges.get(folder.name.lower())
-        frames = _list_frames(where, folder / "img", None)
+        frames = list_frames(where, folder / "img", None)
         if frame_range is not None:
             first, last = frame_range
-            numbers = [int(_FRAME_FILE.match(p.name).group(1)) for p in frames]
+            numbers = [int(FRAME_FILE.match(p.name).group(1)) for p in frames]
             if numbers[0] > first or numbers[-1] < last:
                 k = first if numbers[0] > first else numbers[-1] + 1
                 raise SequenceError(f"{where}, frame {k}: the frame file is missing in "
@@ -473,7 +286,7 @@ def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "hea
                                     f"{numbers[-1]}); rule: the annotated range is frames "
                                     f"{first}..{last}")
             frames = frames[first - numbers[0]:last - numbers[0] + 1]
-        table = _read_table(where, annotation, 4)
+        table = read_table(where, annotation, 4)
         if len(table) != len(frames):
             span = (f"frames {frame_range[0]}..{frame_range[1]}" if frame_range else
                     f"{len(frames)} frames in img/")
@@ -483,9 +296,9 @@ def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "hea
                                 "annotated on part of its frames needs an entry in "
                                 "frame_ranges)")
         n = len(frames)
-        box_rows = _clean_boxes(where, frames, table, np.zeros(n, bool), annotation.name)
-        size = _check_frames(where, frames, verify)
-        _check_inside(where, frames, box_rows, size, annotation.name)
+        box_rows = clean_boxes(where, frames, table, np.zeros(n, bool), annotation.name)
+        size = check_frames(where, frames, verify)
+        check_inside(where, frames, box_rows, size, annotation.name)
         out.append(Sequence(name, tuple(map(str, frames)), box_rows, size,
                             np.zeros(n, bool)))
     return out
