@@ -17,13 +17,6 @@ if TYPE_CHECKING:
     from ebm_jax.recipes.detection import Config, HeadSpec
 
 
-def digest_cache(ctx):
-    """Where a run caches the digests of the real data's files (None: not cached)."""
-    from ebm_jax.recipes.tracking_stages import digest_cache as cache_of
-
-    return cache_of(ctx)
-
-
 def open_data(cfg: Config, ctx):
     """The data (validated: annotations, every image, the detections), with the
     `eval_split` (val or test) as the scored set; the detections must be pre-NMS when
@@ -37,7 +30,7 @@ def open_data(cfg: Config, ctx):
         data = det.open_coco(cfg.coco_root, cfg.test_detections if test else cfg.detections,
                              image_size=cfg.image_size, train_split=cfg.train_split,
                              val_split=cfg.test_split if test else cfg.val_split,
-                             digest_cache=digest_cache(ctx))
+                             digest_cache=ctx.digest_cache)
         where = (f"--config.{'test_detections' if test else 'detections'} "
                  f"{cfg.test_detections if test else cfg.detections}")
     else:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 from typing import TYPE_CHECKING
 
 import numpy as np
 from etils import epath
 
-from ebm_jax.io import CorruptFileError, atomic_write, is_local, read_json
+from ebm_jax.io import CorruptFileError, atomic_write, read_json
 
 if TYPE_CHECKING:
     from ebm_jax.recipes.tracking import Config
@@ -57,14 +56,7 @@ def annotation_identity(sequences, ctx=None) -> dict:
     modification time changed)."""
     from ebm_jax.data.sequences import fingerprint
 
-    return fingerprint(sequences, digest_cache=digest_cache(ctx))
-
-
-def digest_cache(ctx):
-    """Where a run caches the digests of the real data's files (None: not cached)."""
-    if ctx is None or not ctx.writer or not is_local(ctx.workdir):
-        return None
-    return os.fspath(ctx.workdir / "data" / "file-digests.json")
+    return fingerprint(sequences, digest_cache=None if ctx is None else ctx.digest_cache)
 
 
 def open_data(cfg: Config, ctx) -> TrackingData:

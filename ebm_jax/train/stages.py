@@ -269,6 +269,17 @@ class RunContext:
         return stable_hash(f"{self.seed}/{stage}/{purpose}")
 
     # -- directories
+    @property
+    def digest_cache(self) -> str | None:
+        """Where this run caches the digests of the real data's files
+        (`ebm_jax.io.file_digests`): `<workdir>/data/file-digests.json`, written by
+        process 0 of a local work directory alone (None elsewhere: not cached)."""
+        from ebm_jax.io import is_local
+
+        if not self.writer or not is_local(self.workdir):
+            return None
+        return os.fspath(self.workdir / "data" / "file-digests.json")
+
     def stage_dir(self, name: str, identity: Mapping) -> epath.Path:
         return self.workdir / f"{name}-{identity_hash(identity)}"
 
