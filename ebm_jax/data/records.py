@@ -402,7 +402,8 @@ def image_data_from_records(path, *, size: int | None = None):
     from ebm_jax.data import images as image_data
 
     rec = open_records(path, "images")
-    rec.verify()  # every record is read below anyway: a damaged one is one line here
+    # every record is read here, through the checked source: a damaged one is one
+    # RecordsError naming its file, before any training (no separate verify pass)
     parts = {s: rec.read_all(s) for s in ("train", "test")}
     arrays = {f"{s}_images": parts[s]["image"].astype(np.float32) / 255.0
               for s in parts}
