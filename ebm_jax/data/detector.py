@@ -16,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
+from ebm_jax.ops.boxes import intersection_union
+
 
 def _iou_xywh(a, b) -> float:
-    ax1, ay1, bx1, by1 = a[0] + a[2], a[1] + a[3], b[0] + b[2], b[1] + b[3]
-    iw = max(0.0, min(ax1, bx1) - max(a[0], b[0]))
-    ih = max(0.0, min(ay1, by1) - max(a[1], b[1]))
-    inter = iw * ih
-    return inter / (a[2] * a[3] + b[2] * b[3] - inter)
+    """IoU of two xywh boxes (w, h > 0), intersection / union without an eps."""
+    inter, union = intersection_union(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                      box_format="xywh", xp=np)
+    return float(inter / union)
 
 
 def _box_at_iou(box, target: float, rng) -> list[float]:
@@ -124,13 +125,8 @@ def duplicate_fraction(detections: list[dict], iou: float = 0.5) -> float:
         if len(boxes) < 2:
             continue
         b = np.asarray(boxes, float)
-        x0, y0 = b[:, 0], b[:, 1]
-        x1, y1 = x0 + b[:, 2], y0 + b[:, 3]
-        iw = np.clip(np.minimum(x1[:, None], x1) - np.maximum(x0[:, None], x0), 0, None)
-        ih = np.clip(np.minimum(y1[:, None], y1) - np.maximum(y0[:, None], y0), 0, None)
-        inter = iw * ih
-        area = b[:, 2] * b[:, 3]
-        ious = inter / (area[:, None] + area - inter)
+        inter, union = intersection_union(b[:, None], b[None, :], box_format="xywh", xp=np)
+        ious = inter / union
         np.fill_diagonal(ious, 0.0)
         overlapping += int(np.sum(ious.max(1) > iou))
     return overlapping / len(detections)

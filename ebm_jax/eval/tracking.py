@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ebm_jax.ops.boxes import box_iou_np
+
 SUCCESS_THRESHOLDS = np.linspace(0, 1, 21)  # OTB success plot (toolkit: nbins_iou = 21)
 PRECISION_THRESHOLDS = np.arange(0, 51)  # OTB precision plot, pixels (nbins_ce = 51)
 NORM_PRECISION_THRESHOLDS = np.linspace(0, 0.5, 51)  # LaSOT / TrackingNet, 0..0.5
@@ -55,19 +57,14 @@ def box_iou(a, b, bound: tuple[float, float] | None = None) -> np.ndarray:
     """Row-wise IoU of (N, 4) x (N, 4) xywh boxes in continuous coordinates (GOT-10k
     toolkit `rect_iou`: intersection / (union + machine eps), clipped to [0, 1]).
     bound=(width, height) first clips both boxes to the image as the toolkit does for
-    GOT-10k (see `_clip_to_image`). NaN where either box has a NaN."""
+    GOT-10k (see `_clip_to_image`). NaN where either box has a NaN. The arithmetic is
+    `ebm_jax.ops.boxes.box_iou_np`."""
     a, b = _pair(a, b)
     if bound is not None:
         if len(bound) != 2:
             raise ValueError(f"bound must be (width, height), got {bound!r}")
         a, b = _clip_to_image(a, *bound), _clip_to_image(b, *bound)
-    w = np.maximum(np.minimum(a[:, 0] + a[:, 2], b[:, 0] + b[:, 2])
-                   - np.maximum(a[:, 0], b[:, 0]), 0)
-    h = np.maximum(np.minimum(a[:, 1] + a[:, 3], b[:, 1] + b[:, 3])
-                   - np.maximum(a[:, 1], b[:, 1]), 0)
-    inter = w * h
-    union = a[:, 2] * a[:, 3] + b[:, 2] * b[:, 3] - inter
-    return np.clip(inter / (union + np.finfo(np.float64).eps), 0.0, 1.0)
+    return np.clip(box_iou_np(a, b, box_format="xywh"), 0.0, 1.0)
 
 
 def _centre(boxes: np.ndarray) -> np.ndarray:

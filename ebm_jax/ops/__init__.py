@@ -4,9 +4,12 @@ and the cross-correlation of Siamese trackers (Bertinetto et al. 2016, sec. 2.2)
 
 from ebm_jax.ops.boxes import (
     box_iou,
+    box_iou_np,
     decode_relative,
     encode_relative,
+    greedy_nms,
     guided_nms,
+    intersection_union,
     xywh_to_xyxy,
     xyxy_to_xywh,
 )
@@ -23,11 +26,14 @@ from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
 __all__ = [
     "bin_weights",
     "box_iou",
+    "box_iou_np",
     "check_boxes",
     "decode_relative",
     "encode_relative",
     "fpn_levels",
+    "greedy_nms",
     "guided_nms",
+    "intersection_union",
     "prroi_pool",
     "prroi_pool_fpn",
     "prroi_pool_integral",

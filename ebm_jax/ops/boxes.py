@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def xyxy_to_xywh(boxes: jax.Array) -> jax.Array:
@@ -44,14 +45,83 @@ def box_area(boxes: jax.Array) -> jax.Array:
     return jnp.prod(jnp.maximum(boxes[..., 2:] - boxes[..., :2], 0.0), axis=-1)
 
 
+def intersection_union(a, b, *, box_format: str = "xyxy", xp=jnp):
+    """(intersection, union) areas of boxes `a` and `b`, element-wise over their
+    broadcast leading axes, in continuous coordinates (no +1: a box [x0, x1] is x1 - x0
+    wide). The one place of the box-overlap arithmetic: every IoU of the package
+    (`box_iou`, `box_iou_np`, hence guided and greedy NMS, the tracking metrics of
+    `ebm_jax.eval.tracking` and the simulated detector) divides these two.
+
+    box_format "xyxy" (x0, y0, x1, y1): a box's area is its clamped width x height,
+    max(x1 - x0, 0) max(y1 - y0, 0). "xywh" (x, y, w, h; COCO, OTB, GOT-10k): the
+    area is w h as given and the far corner is xy + wh. `xp` is the array module
+    (`jax.numpy`, or `numpy` for float64 host code); the dtype is the inputs'.
+    """
+    if box_format == "xyxy":
+        a_lo, a_hi, b_lo, b_hi = a[..., :2], a[..., 2:], b[..., :2], b[..., 2:]
+        a_wh, b_wh = xp.maximum(a_hi - a_lo, 0.0), xp.maximum(b_hi - b_lo, 0.0)
+    elif box_format == "xywh":
+        a_lo, a_wh, b_lo, b_wh = a[..., :2], a[..., 2:], b[..., :2], b[..., 2:]
+        a_hi, b_hi = a_lo + a_wh, b_lo + b_wh
+    else:
+        raise ValueError(f"box_format must be 'xyxy' or 'xywh', got {box_format!r}")
+    wh = xp.maximum(xp.minimum(a_hi, b_hi) - xp.maximum(a_lo, b_lo), 0.0)
+    inter = wh[..., 0] * wh[..., 1]
+    union = a_wh[..., 0] * a_wh[..., 1] + b_wh[..., 0] * b_wh[..., 1] - inter
+    return inter, union
+
+
 def box_iou(a: jax.Array, b: jax.Array) -> jax.Array:
-    """(N, M) intersection over union of xyxy boxes a (N, 4) and b (M, 4)."""
+    """(N, M) intersection over union of xyxy boxes a (N, 4) and b (M, 4); 0 where the
+    union is empty."""
     a, b = jnp.asarray(a), jnp.asarray(b)
-    lo = jnp.maximum(a[:, None, :2], b[None, :, :2])
-    hi = jnp.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = jnp.prod(jnp.maximum(hi - lo, 0.0), axis=-1)
-    union = box_area(a)[:, None] + box_area(b)[None, :] - inter
+    inter, union = intersection_union(a[:, None], b[None, :])
     return jnp.where(union > 0, inter / jnp.where(union > 0, union, 1.0), 0.0)
+
+
+_EPS64 = np.finfo(np.float64).eps
+
+
+def box_iou_np(a, b, *, box_format: str = "xywh") -> np.ndarray:
+    """Element-wise IoU of float64 boxes `a`, `b` (NumPy, broadcasting), as the GOT-10k
+    toolkit's `rect_iou` computes it (Huang et al. 2019): intersection / (union +
+    machine eps), continuous coordinates, so that two empty boxes give 0, not NaN. NaN
+    where a box has a NaN. Not clipped to [0, 1] (`ebm_jax.eval.tracking.box_iou`
+    clips, as the toolkit does)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    inter, union = intersection_union(a, b, box_format=box_format, xp=np)
+    return inter / (union + _EPS64)
+
+
+def greedy_nms(boxes, scores, iou: float, keep: int) -> np.ndarray:
+    """Indices of the boxes kept by greedy non-maximum suppression, in descending score
+    (ties: lower index first): a box is dropped when its IoU (`box_iou_np`, xywh,
+    continuous coordinates) with a kept box exceeds `iou`; at most `keep` are kept.
+    `boxes` is a finite (K, 4) xywh array, `scores` finite (K,). NumPy, float64."""
+    boxes = np.asarray(boxes, np.float64)
+    if boxes.ndim != 2 or boxes.shape[1] != 4 or not np.all(np.isfinite(boxes)):
+        raise ValueError(f"boxes must be a finite (K, 4) array of x, y, w, h boxes, got "
+                         f"shape {boxes.shape}")
+    scores = np.asarray(scores, np.float64)
+    if scores.shape != (len(boxes),) or not np.all(np.isfinite(scores)):
+        raise ValueError(f"scores must be a finite ({len(boxes)},) array, one per box, got "
+                         f"shape {scores.shape}")
+    if not 0 < iou <= 1:
+        raise ValueError(f"iou must be in (0, 1], got {iou!r}")
+    if not isinstance(keep, (int, np.integer)) or isinstance(keep, bool) or keep < 1:
+        raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+    order = np.argsort(-scores, kind="stable")
+    ranked = boxes[order]
+    dropped, kept, i = np.zeros(len(order), bool), [], 0
+    while i < len(order) and len(kept) < keep:
+        kept.append(i)
+        rest = slice(i + 1, None)
+        dropped[rest] |= box_iou_np(ranked[i], ranked[rest]) > iou
+        alive = np.flatnonzero(~dropped[i + 1:])
+        if alive.size == 0:
+            break
+        i += 1 + int(alive[0])
+    return order[np.asarray(kept, np.intp)]
 
 
 def guided_nms(boxes: jax.Array, energies: jax.Array, scores: jax.Array,

@@ -31,15 +31,13 @@ import math
 import cv2
 import numpy as np
 
-from ebm_jax.eval.tracking import box_iou
+from ebm_jax.ops.boxes import box_iou_np
+from ebm_jax.ops.boxes import greedy_nms as nms
 from ebm_jax.tracking import objectness as cues
 
 __all__ = ["TopMapSettings", "edgebox_proposals", "grid_softmax", "nms", "objectness",
            "pseudo_box", "random_proposals", "recall_at", "score_map", "top_boxes",
            "top_map"]
-
-
-_EPS = np.finfo(np.float64).eps
 
 
 def _range_error(name: str, allowed: str, value) -> ValueError:
@@ -222,38 +220,11 @@ def objectness(image, boxes, settings) -> np.ndarray:
     return _objectness_on(small, scale_xy, boxes, settings)
 
 
-def nms(boxes, scores, iou, keep) -> np.ndarray:
-    """Indices of the boxes kept by greedy non-maximum suppression, in descending score
-    (ties: lower index first): a box is dropped when its IoU (continuous coordinates,
-    as `ebm_jax.eval.tracking.box_iou`) with a kept box exceeds `iou`; at most `keep`."""
-    boxes = _check_boxes(boxes)
-    scores = _check_scores(scores, len(boxes))
-    if not 0 < iou <= 1:
-        raise _range_error("iou", "in (0, 1]", iou)
-    if not _is_int(keep) or keep < 1:
-        raise _range_error("keep", "an integer >= 1", keep)
-    order = np.argsort(-scores, kind="stable")
-    x0, y0, w, h = boxes[order].T
-    x1, y1, area = x0 + w, y0 + h, w * h
-    dropped, kept, i = np.zeros(len(order), bool), [], 0
-    while i < len(order) and len(kept) < keep:
-        kept.append(i)
-        rest = slice(i + 1, None)
-        inter = (np.maximum(np.minimum(x1[i], x1[rest]) - np.maximum(x0[i], x0[rest]), 0)
-                 * np.maximum(np.minimum(y1[i], y1[rest]) - np.maximum(y0[i], y0[rest]), 0))
-        dropped[rest] |= inter / (area[i] + area[rest] - inter + _EPS) > iou
-        alive = np.flatnonzero(~dropped[i + 1:])
-        if alive.size == 0:
-            break
-        i += 1 + int(alive[0])
-    return order[np.asarray(kept, np.intp)]
-
-
 def top_boxes(image, point, settings=TopMapSettings(),
               seed=0) -> tuple[np.ndarray, np.ndarray]:
     """The kept proposals (<= keep, 4) xywh and their objectness, by descending score
     (SoCL sec. 3.1): random proposals (from `np.random.default_rng(seed)`) and nearby
-    EdgeBoxes, scored by `objectness`, thinned by `nms`."""
+    EdgeBoxes, scored by `objectness`, thinned by `nms` (`ebm_jax.ops.boxes.greedy_nms`)."""
     image = _check_image(image)
     settings = _check_settings(settings)
     point = _check_point(point, image.shape[:2])
@@ -375,7 +346,7 @@ def recall_at(kept_boxes_per_frame: list[np.ndarray], true_boxes: np.ndarray, ks
         if np.any(np.isnan(truth)):
             continue
         kept = _check_boxes(np.asarray(kept).reshape(-1, 4), f"kept_boxes_per_frame[{frame}]")
-        hits = np.flatnonzero(box_iou(kept, np.broadcast_to(truth, kept.shape)) >= iou)
+        hits = np.flatnonzero(np.clip(box_iou_np(kept, truth), 0.0, 1.0) >= iou)
         firsts.append(hits[0] if hits.size else np.inf)
     if not firsts:
         return np.full(len(ks), np.nan)

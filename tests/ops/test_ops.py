@@ -8,10 +8,13 @@ import pytest
 
 from ebm_jax.ops import (
     box_iou,
+    box_iou_np,
     decode_relative,
     encode_relative,
     fpn_levels,
+    greedy_nms,
     guided_nms,
+    intersection_union,
     prroi_pool,
     prroi_pool_fpn,
     prroi_pool_integral,
@@ -186,6 +189,60 @@ def test_iou_and_conversions_by_hand():
     np.testing.assert_allclose(box_iou(a, b), [[50 / 150, 0.0, 1.0, 4 / 100]], rtol=1e-6)
     np.testing.assert_allclose(xyxy_to_xywh(b[:1]), [[5, 0, 10, 10]])
     np.testing.assert_allclose(xywh_to_xyxy(xyxy_to_xywh(b)), b)
+
+
+def test_intersection_union_by_hand_in_both_formats_and_array_modules():
+    a_xyxy = np.array([[0.0, 0.0, 10.0, 10.0], [0.0, 0.0, 4.0, 2.0]])
+    b_xyxy = np.array([[5.0, 0.0, 15.0, 10.0], [10.0, 10.0, 12.0, 12.0]])
+    for xp in (np, jnp):
+        inter, union = intersection_union(xp.asarray(a_xyxy), xp.asarray(b_xyxy), xp=xp)
+        np.testing.assert_array_equal(inter, [50.0, 0.0])
+        np.testing.assert_array_equal(union, [150.0, 12.0])
+    inter, union = intersection_union(np.asarray(xyxy_to_xywh(a_xyxy)),
+                                      np.asarray(xyxy_to_xywh(b_xyxy)), box_format="xywh",
+                                      xp=np)
+    np.testing.assert_array_equal(inter, [50.0, 0.0])
+    np.testing.assert_array_equal(union, [150.0, 12.0])
+    # xyxy clamps an inverted box to zero area; xywh takes w h as given
+    _, union = intersection_union(np.array([2.0, 2.0, 1.0, 1.0]), np.zeros(4), xp=np)
+    assert union == 0.0
+    with pytest.raises(ValueError, match="box_format must be 'xyxy' or 'xywh'"):
+        intersection_union(np.zeros(4), np.zeros(4), box_format="cxcywh", xp=np)
+
+
+def test_box_iou_np_by_hand_and_against_the_jax_iou():
+    a = np.array([[0.0, 0.0, 10.0, 10.0], [0.0, 0.0, 0.0, 0.0], [np.nan, 0, 1, 1]])
+    b = np.array([[5.0, 0.0, 10.0, 10.0], [3.0, 3.0, 0.0, 0.0], [0.0, 0, 1, 1]])
+    iou = box_iou_np(a, b)  # xywh
+    np.testing.assert_allclose(iou[0], 50 / 150, rtol=4 * np.finfo(np.float64).eps)
+    assert iou[1] == 0.0  # two empty boxes: 0 (the eps), not NaN
+    assert np.isnan(iou[2])
+    # broadcasting: one box against many
+    np.testing.assert_array_equal(box_iou_np(a[0], b[:2]), iou[:2] * [1, 0] + [0, 0])
+    # the JAX (N, M) IoU of float32 xyxy boxes: the same numbers to float32 rounding (a
+    # handful of rounded operations in the intersection, the union and the quotient)
+    rng = np.random.default_rng(3)
+    xywh = np.concatenate([rng.uniform(0, 20, (6, 2)), rng.uniform(1, 20, (6, 2))], 1)
+    xyxy = np.asarray(xywh_to_xyxy(xywh.astype(np.float32)))
+    pairwise = box_iou_np(xyxy[:, None].astype(np.float64), xyxy[None].astype(np.float64),
+                          box_format="xyxy")
+    np.testing.assert_allclose(box_iou(xyxy, xyxy), pairwise, rtol=0,
+                               atol=16 * np.finfo(np.float32).eps)
+
+
+def test_greedy_nms_by_hand_and_errors():
+    boxes = np.array([[0.0, 0, 10, 10], [1, 0, 10, 10], [30, 30, 5, 5], [3, 0, 10, 10]])
+    scores = np.array([0.5, 0.9, 0.3, 0.9])
+    # by score, ties by index: 1, 3, 0, 2; IoU(1, 3) = 80/120, IoU(1, 0) = 90/110
+    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.7, 10), [1, 3, 2])
+    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.6, 10), [1, 2])
+    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.7, 2), [1, 3])
+    for kwargs, message in ((dict(iou=0.0), "iou must be in"), (dict(keep=0), "keep must be"),
+                            (dict(scores=scores[:3]), "scores must be"),
+                            (dict(boxes=boxes[:, :3]), "boxes must be")):
+        args = dict(boxes=boxes, scores=scores, iou=0.5, keep=3) | kwargs
+        with pytest.raises(ValueError, match=message):
+            greedy_nms(**args)
 
 
 def test_relative_encoding_round_trip_and_meaning():
