@@ -115,7 +115,7 @@ def crop_continuous(img, center_yx, size, out_size, border_value):
     """A crop without the port's rounding: output pixel i samples the frame at
     c + (i - (out - 1) / 2) * size / out along each axis (OpenCV's resize convention),
     bilinear, `border_value` outside (cv2.warpAffine); the convention of
-    `ebm_jax.tracking.crops`. Float32 output."""
+    `ebm_jax.ops.crops`. Float32 output."""
     scale = size / out_size
     half = (out_size - 1) / 2
     matrix = np.array([[scale, 0.0, center_yx[1] - half * scale],

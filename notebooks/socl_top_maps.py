@@ -149,7 +149,7 @@ print(f"{len(train)} training sequences of {NUM_FRAMES} frames and a test sequen
 
 # %%
 from ebm_jax.data.socl_pairs import feature_grid, point_frames, region_top_map
-from ebm_jax.tracking.crops import crop_square_np
+from ebm_jax.ops.crops import crop_square_np
 from ebm_jax.tracking.top_maps import (TopMapSettings, edgebox_proposals, random_proposals,
                                        score_map, top_boxes)
 

@@ -13,7 +13,7 @@ Only the point is used (no box): the region of side `context_side` frame pixels 
 centred on the point moved by up to `shift_jitter` x the side in each axis and scaled by
 a factor in [1 / scale_jitter, scale_jitter] (log-uniform), so that the target is not
 always at the centre nor of one size; it is resampled to `input_size` pixels with
-`ebm_jax.tracking.crops.crop_square_np` (mean-colour padding outside the frame).
+`ebm_jax.ops.crops.crop_square_np` (mean-colour padding outside the frame).
 
 `tops` holds each sequence's TOP proposals (`ebm_jax.tracking.top_maps.top_boxes` of
 whole frames, computed once): {"frames": (F,), "boxes": (F, K, 4) xywh, "scores": (F, K)},
@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ebm_jax.tracking.crops import crop_square_np
+from ebm_jax.ops.crops import crop_square_np
 
 STRIDE, RECEPTIVE_FIELD = 8, 87  # SiamFC's AlexNet
 

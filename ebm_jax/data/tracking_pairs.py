@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ebm_jax.tracking.crops import box_to_center, center_to_box, crop_square_np, exemplar_side
+from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square_np, exemplar_side
 
 
 def usable_frames(seq, *, min_size: float = 8.0, max_aspect: float = 4.0,

@@ -4,7 +4,7 @@ jitted `update(params, state, frame) -> (State, box)`. SoCL (Wu & Chan, "Learnin
 Tracking Representations from Single Point Annotations"): target objectness prior maps
 from a frame and its point (`top_maps`) and SoCL-Siam's training loss (`socl_siam`)."""
 
-from ebm_jax.tracking.crops import (
+from ebm_jax.ops.crops import (
     box_to_center,
     center_to_box,
     crop_square,

@@ -15,7 +15,7 @@ Tracking (sec. 2.4): a pair of pure functions, optax style,
     state, box = tracker.update(params, state, frame)   # jitted
 
 "Box-Siam" is this model trained on ground-truth boxes. Boxes are xywh, 1-indexed
-(GOT-10k / OTB); see `ebm_jax.tracking.crops` for the crop conventions.
+(GOT-10k / OTB); see `ebm_jax.ops.crops` for the crop conventions.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 from flax import nnx
 
 from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
-from ebm_jax.tracking.crops import (
+from ebm_jax.ops.crops import (
     box_to_center,
     center_to_box,
     crop_square,

@@ -6,7 +6,7 @@ import pytest
 
 from ebm_jax.data.socl_pairs import (context_batches, feature_grid, point_frames,
                                      region_boxes, region_top_map)
-from ebm_jax.tracking.crops import crop_square_np
+from ebm_jax.ops.crops import crop_square_np
 
 
 @pytest.mark.parametrize("size", [95, 127, 159, 255])

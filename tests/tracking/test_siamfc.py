@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ebm_jax.tracking.crops import box_to_center, crop_square, exemplar_side
+from ebm_jax.ops.crops import box_to_center, crop_square, exemplar_side
 from ebm_jax.tracking.siamfc import (
     SiamFCSettings,
     balanced_bce,

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ebm_jax.tracking.crops import (
+from ebm_jax.ops.crops import (
     box_to_center,
     center_to_box,
     crop_square,
