@@ -20,7 +20,7 @@ whole frames, computed once): {"frames": (F,), "boxes": (F, K, 4) xywh, "scores"
 NaN rows where a frame kept fewer than K. The map of a region is the per-pixel sum of the
 scores of the proposals covering it, drawn in region pixels (`score_map`), averaged over
 the cells of the feature grid, and turned into a distribution by a softmax over the
-cells (`grid_softmax`; sec. 3.1). Feature cell k of SiamFC's AlexNet (valid convolutions,
+cells (`grid_softmax`; both `ebm_jax.ops.score_maps`; sec. 3.1). Feature cell k of SiamFC's AlexNet (valid convolutions,
 total stride 8, receptive field 87) is centred on input pixel offset + 8 k with offset =
 (S - 1 - 8 (g - 1)) / 2; its cell is the 8 x 8 pixels around that centre.
 """
@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ebm_jax.ops.crops import crop_square_np
+from ebm_jax.ops.score_maps import grid_softmax, score_map
 
 STRIDE, RECEPTIVE_FIELD = 8, 87  # SiamFC's AlexNet
 
@@ -65,8 +66,6 @@ def region_top_map(boxes: np.ndarray, scores: np.ndarray, center_yx, side: float
                    input_size: int, temperature: float = 1.0) -> np.ndarray:
     """The TOP map (g, g) of the region: proposals drawn in region pixels, averaged over
     the feature cells, softmax over cells (SoCL sec. 3.1)."""
-    from ebm_jax.tracking.top_maps import grid_softmax, score_map
-
     ok = np.all(np.isfinite(boxes), axis=-1) & np.isfinite(scores)
     rb = region_boxes(boxes[ok], center_yx, side, input_size)
     pixels = score_map((input_size, input_size), rb, np.asarray(scores[ok], np.float64))

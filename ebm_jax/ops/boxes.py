@@ -93,19 +93,32 @@ def box_iou_np(a, b, *, box_format: str = "xywh") -> np.ndarray:
     return inter / (union + _EPS64)
 
 
+def check_xywh_boxes(boxes, name: str = "boxes") -> np.ndarray:
+    """`boxes` as a finite (K, 4) float64 array of x, y, w, h boxes, else a ValueError
+    naming `name`."""
+    boxes = np.asarray(boxes, np.float64)
+    if boxes.ndim != 2 or boxes.shape[1] != 4 or not np.all(np.isfinite(boxes)):
+        raise ValueError(f"{name} must be a finite (K, 4) array of x, y, w, h boxes, got "
+                         f"shape {boxes.shape}")
+    return boxes
+
+
+def check_box_scores(scores, count: int) -> np.ndarray:
+    """`scores` as a finite (count,) float64 array, one per box, else a ValueError."""
+    scores = np.asarray(scores, np.float64)
+    if scores.shape != (count,) or not np.all(np.isfinite(scores)):
+        raise ValueError(f"scores must be a finite ({count},) array, one per box, got shape "
+                         f"{scores.shape}")
+    return scores
+
+
 def greedy_nms(boxes, scores, iou: float, keep: int) -> np.ndarray:
     """Indices of the boxes kept by greedy non-maximum suppression, in descending score
     (ties: lower index first): a box is dropped when its IoU (`box_iou_np`, xywh,
     continuous coordinates) with a kept box exceeds `iou`; at most `keep` are kept.
     `boxes` is a finite (K, 4) xywh array, `scores` finite (K,). NumPy, float64."""
-    boxes = np.asarray(boxes, np.float64)
-    if boxes.ndim != 2 or boxes.shape[1] != 4 or not np.all(np.isfinite(boxes)):
-        raise ValueError(f"boxes must be a finite (K, 4) array of x, y, w, h boxes, got "
-                         f"shape {boxes.shape}")
-    scores = np.asarray(scores, np.float64)
-    if scores.shape != (len(boxes),) or not np.all(np.isfinite(scores)):
-        raise ValueError(f"scores must be a finite ({len(boxes)},) array, one per box, got "
-                         f"shape {scores.shape}")
+    boxes = check_xywh_boxes(boxes)
+    scores = check_box_scores(scores, len(boxes))
     if not 0 < iou <= 1:
         raise ValueError(f"iou must be in (0, 1], got {iou!r}")
     if not isinstance(keep, (int, np.integer)) or isinstance(keep, bool) or keep < 1:

@@ -6,7 +6,8 @@ plus the EdgeBoxes proposals (Zitnick & Dollar 2014, 1000 per frame) whose centr
 within 30 px of the point; the objectness of every box from three cues of Alexe et al.
 2012 (multi-scale saliency, colour contrast, edge density; `ebm_jax.tracking.objectness`);
 NMS at IoU 0.7 keeping the top 64; per pixel, the sum of the scores of the kept boxes
-covering it; a softmax over the locations of a feature grid (`grid_softmax`).
+covering it (`score_map`); a softmax over the locations of a feature grid
+(`grid_softmax`); both in `ebm_jax.ops.score_maps`, re-exported here.
 
     boxes, scores = top_boxes(frame, point)          # (<= 64, 4) xywh, sorted by score
     h = grid_softmax(top_map(frame, point), (17, 17))  # (17, 17), sums to 1
@@ -31,8 +32,9 @@ import math
 import cv2
 import numpy as np
 
-from ebm_jax.ops.boxes import box_iou_np
+from ebm_jax.ops.boxes import box_iou_np, check_xywh_boxes
 from ebm_jax.ops.boxes import greedy_nms as nms
+from ebm_jax.ops.score_maps import grid_softmax, score_map
 from ebm_jax.tracking import objectness as cues
 
 __all__ = ["TopMapSettings", "edgebox_proposals", "grid_softmax", "nms", "objectness",
@@ -124,22 +126,6 @@ def _check_point(point, shape_hw, name: str = "point") -> np.ndarray:
     return xy.ravel()
 
 
-def _check_boxes(boxes, name: str = "boxes") -> np.ndarray:
-    boxes = np.asarray(boxes, np.float64)
-    if boxes.ndim != 2 or boxes.shape[1] != 4 or not np.all(np.isfinite(boxes)):
-        raise ValueError(f"{name} must be a finite (K, 4) array of x, y, w, h boxes, got "
-                         f"shape {boxes.shape}")
-    return boxes
-
-
-def _check_scores(scores, count: int) -> np.ndarray:
-    scores = np.asarray(scores, np.float64)
-    if scores.shape != (count,) or not np.all(np.isfinite(scores)):
-        raise ValueError(f"scores must be a finite ({count},) array, one per box, got shape "
-                         f"{scores.shape}")
-    return scores
-
-
 def _check_settings(settings) -> TopMapSettings:
     if not isinstance(settings, TopMapSettings):
         raise ValueError(f"settings must be a TopMapSettings, got {type(settings).__name__}")
@@ -212,7 +198,7 @@ def objectness(image, boxes, settings) -> np.ndarray:
     likelihoods in a naive Bayes model (Alexe et al. 2012); without them, the
     rank average weighs the cues equally and depends only on each cue's ordering."""
     image = _check_image(image)
-    boxes = _check_boxes(boxes)
+    boxes = check_xywh_boxes(boxes)
     settings = _check_settings(settings)
     if len(boxes) == 0:
         return np.zeros(0)
@@ -239,65 +225,11 @@ def top_boxes(image, point, settings=TopMapSettings(),
     return boxes[kept], scores[kept]
 
 
-def _pixel_ranges(start, size, limit):
-    """Pixel index ranges [lo, hi) whose centres lie in a 1-indexed [start, start + size)."""
-    lo = np.clip(np.ceil(start - 1.5), 0, limit).astype(np.intp)
-    hi = np.clip(np.ceil(start + size - 1.5), 0, limit).astype(np.intp)
-    return lo, np.maximum(hi, lo)
-
-
-def score_map(shape_hw, boxes, scores) -> np.ndarray:
-    """(H, W) float32: at each pixel, the sum of the scores of the boxes covering it
-    (SoCL sec. 3.1: "we sum over the scores of all the bounding boxes that cover that
-    location"); a box covers the pixels whose centre lies inside it (module docstring).
-    One 2-D difference array and two cumulative sums, no loop over boxes."""
-    if len(shape_hw) != 2 or not all(_is_int(v) for v in shape_hw) or min(shape_hw) < 1:
-        raise _range_error("shape_hw", "(H, W) with integers H, W >= 1", shape_hw)
-    height, width = shape_hw
-    boxes = _check_boxes(boxes)
-    scores = _check_scores(scores, len(boxes))
-    r0, r1 = _pixel_ranges(boxes[:, 1], boxes[:, 3], height)
-    c0, c1 = _pixel_ranges(boxes[:, 0], boxes[:, 2], width)
-    diff = np.zeros((height + 1, width + 1))
-    for rows, cols, sign in ((r0, c0, 1), (r0, c1, -1), (r1, c0, -1), (r1, c1, 1)):
-        np.add.at(diff, (rows, cols), sign * scores)
-    return np.cumsum(np.cumsum(diff, axis=0), axis=1)[:height, :width].astype(np.float32)
-
-
 def top_map(image, point, settings=TopMapSettings(), seed=0) -> np.ndarray:
     """(H, W) float32 score map of the kept proposals, `score_map(top_boxes(...))`
     (SoCL sec. 3.1, before the softmax over locations: see `grid_softmax`)."""
     boxes, scores = top_boxes(image, point, settings, seed)
     return score_map(image.shape[:2], boxes, scores)
-
-
-def _cell_weights(size: int, cells: int) -> np.ndarray:
-    """(cells, size): the fraction of each cell [k size / cells, (k + 1) size / cells]
-    that pixel [i, i + 1] covers, so that weights @ values is each cell's mean."""
-    edges = np.arange(cells + 1) * (size / cells)
-    pixel = np.arange(size)
-    overlap = (np.minimum(pixel[None, :] + 1, edges[1:, None])
-               - np.maximum(pixel[None, :], edges[:-1, None]))
-    return np.maximum(overlap, 0) / (size / cells)
-
-
-def grid_softmax(score_map, grid_hw, *, temperature=1.0) -> np.ndarray:
-    """(gh, gw) float32 summing to 1: the score map averaged over each of gh x gw equal
-    cells of the frame (exact area weights where the cells split pixels), then
-    softmax(mean / temperature) over the cells: the TOP map h on a feature grid (SoCL
-    sec. 3.1: "the softmax function (over locations) is then applied to the score map")."""
-    values = np.asarray(score_map, np.float64)
-    if values.ndim != 2 or min(values.shape) < 1 or not np.all(np.isfinite(values)):
-        raise ValueError(f"score_map must be a finite (H, W) array, got shape {values.shape}")
-    if len(grid_hw) != 2 or not all(_is_int(v) for v in grid_hw) or min(grid_hw) < 1:
-        raise _range_error("grid_hw", "(gh, gw) with integers gh, gw >= 1", grid_hw)
-    if not temperature > 0:
-        raise _range_error("temperature", "> 0", temperature)
-    means = _cell_weights(values.shape[0], grid_hw[0]) @ values
-    means = means @ _cell_weights(values.shape[1], grid_hw[1]).T
-    logits = means / temperature
-    weights = np.exp(logits - logits.max())
-    return (weights / weights.sum()).astype(np.float32)
 
 
 def pseudo_box(score_map, point, alpha) -> np.ndarray:
@@ -345,7 +277,7 @@ def recall_at(kept_boxes_per_frame: list[np.ndarray], true_boxes: np.ndarray, ks
     for frame, (kept, truth) in enumerate(zip(kept_boxes_per_frame, true_boxes)):
         if np.any(np.isnan(truth)):
             continue
-        kept = _check_boxes(np.asarray(kept).reshape(-1, 4), f"kept_boxes_per_frame[{frame}]")
+        kept = check_xywh_boxes(np.asarray(kept).reshape(-1, 4), f"kept_boxes_per_frame[{frame}]")
         hits = np.flatnonzero(np.clip(box_iou_np(kept, truth), 0.0, 1.0) >= iou)
         firsts.append(hits[0] if hits.size else np.inf)
     if not firsts:
