@@ -99,12 +99,21 @@ def write_report(out_dir, stem: str, payload: dict, markdown: str) -> None:
     atomic_write(out_dir / f"{stem}.md", markdown)
 
 
+def json_normalised(obj):
+    """`obj` as JSON gives it back (tuples become lists, keys strings, values JSON
+    cannot hold their `str`; keys sorted)."""
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
 def content_hash(obj, digits: int = 16) -> str:
-    """`digits` hex digits of the SHA-256 of a JSON-able object (keys sorted; values JSON
-    cannot hold as their `str`): the one hash of settings and identities."""
+    """`digits` hex digits of the SHA-256 of a JSON-able object, the one hash of
+    settings and identities (a stage's directory is `<name>-<content_hash(identity,
+    8)>`): of its JSON text with keys sorted, after `json_normalised`, so that a tuple
+    and a list, or the key 2 and "2", hash alike, and the keys of a mapping sort as
+    the strings JSON writes them."""
     import hashlib
 
-    text = json.dumps(obj, sort_keys=True, default=str)
+    text = json.dumps(json_normalised(obj), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:digits]
 
 

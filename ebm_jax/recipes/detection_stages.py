@@ -23,7 +23,7 @@ def open_data(cfg: Config, ctx):
     guided NMS is on."""
     from ebm_jax import detection as det
     from ebm_jax.data import detection as det_data
-    from ebm_jax.train.stages import identity_hash
+    from ebm_jax.io import content_hash
 
     if cfg.data == "coco":
         test = cfg.eval_split == "test"
@@ -47,7 +47,7 @@ def open_data(cfg: Config, ctx):
                     "candidates": cfg.detector_candidates,
                     "confusion": cfg.detector_confusion}
         root = cfg.data_root or ctx.workdir / "data"
-        ctx.log(f"generated data under {root} (spec {identity_hash(spec)})")
+        ctx.log(f"generated data under {root} (spec {content_hash(spec, 8)})")
         data = det.open_generated(root, train=spec["train"], val=spec[split],
                                   detector=detector)
         where = ("the simulated detector's boxes (--config.detector_candidates="

@@ -64,13 +64,13 @@ def open_data(cfg: Config, ctx) -> TrackingData:
     training."""
     from ebm_jax.data.sequences import read_got10k, read_otb
     from ebm_jax.data.tracking import generate_tracking_split, spec_identity
-    from ebm_jax.train.stages import identity_hash
+    from ebm_jax.io import content_hash
 
     root = epath.Path(cfg.data_root) if cfg.data_root else ctx.workdir / "data"
     generated, identity = {}, {}
     for split, spec in generated_specs(cfg, ctx).items():
         ident = spec_identity(spec)
-        dest = root / f"{split}-{identity_hash(ident)}"
+        dest = root / f"{split}-{content_hash(ident, 8)}"
         if ctx.writer:
             generate_tracking_split(dest, spec, progress=ctx.progress)
         generated[split] = read_got10k(dest)

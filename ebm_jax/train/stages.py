@@ -37,22 +37,12 @@ import jax
 import numpy as np
 from etils import epath
 
-from ebm_jax.io import CorruptFileError, atomic_write, content_hash, read_json
+from ebm_jax.io import CorruptFileError, atomic_write, content_hash, json_normalised, read_json
 
 
 def stable_hash(name: str) -> int:
     """A 31-bit integer of `name`, the same in every process and Python session."""
     return int.from_bytes(hashlib.sha256(str(name).encode()).digest()[:4], "big") >> 1
-
-
-def normalise(obj) -> Any:
-    """`obj` as JSON would give it back (tuples become lists, keys strings)."""
-    return json.loads(json.dumps(obj, sort_keys=True, default=str))
-
-
-def identity_hash(identity: Mapping) -> str:
-    """8 hex digits of a JSON-normalised mapping (`ebm_jax.io.content_hash`)."""
-    return content_hash(normalise(identity), 8)
 
 
 class RunLockedError(RuntimeError):
@@ -281,7 +271,7 @@ class RunContext:
         return os.fspath(self.workdir / "data" / "file-digests.json")
 
     def stage_dir(self, name: str, identity: Mapping) -> epath.Path:
-        return self.workdir / f"{name}-{identity_hash(identity)}"
+        return self.workdir / f"{name}-{content_hash(identity, 8)}"
 
     def should_restart(self, stage_dir) -> bool:
         """True the first time a stage is met in a run with `restart`."""
@@ -299,7 +289,7 @@ class RunContext:
         short, garbled, not a cache) counts as missing: it is recomputed, with one line
         through `log`, and replaced atomically."""
         path = epath.Path(stage_dir) / f"{name}.json"
-        key = normalise(identity)
+        key = json_normalised(identity)
         fresh = self.should_restart(path)
         if path.exists() and not fresh:
             try:
@@ -430,10 +420,8 @@ __all__ = [
     "RunLockedError",
     "StageFigures",
     "TrainStage",
-    "identity_hash",
     "interrupted_message",
     "last_context",
-    "normalise",
     "process_alive",
     "stable_hash",
     "stage_figures",

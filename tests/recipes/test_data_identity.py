@@ -14,8 +14,9 @@ import pytest
 
 from ebm_jax.config import load_config
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+from ebm_jax.io import content_hash
 from ebm_jax.recipes import tracking_stages
-from ebm_jax.train.stages import RunContext, identity_hash
+from ebm_jax.train.stages import RunContext
 
 CONFIG = Path(__file__).parents[2] / "experiments" / "tracking" / "siamfc_box.py"
 
@@ -36,7 +37,7 @@ def _identity(root, workdir):
                                          "num_test_sequences=1"])
     ctx = RunContext(workdir, lock=False, progress=False, log=lambda s: None)
     data = tracking_stages.open_data(cfg, ctx)
-    return {k: identity_hash(v) for k, v in data.identity.items()}
+    return {k: content_hash(v, 8) for k, v in data.identity.items()}
 
 
 def _first_sequence(root, split):

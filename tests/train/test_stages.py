@@ -12,13 +12,12 @@ import jax
 import numpy as np
 import pytest
 
-from ebm_jax.io import CorruptFileError
+from ebm_jax.io import CorruptFileError, content_hash
 from ebm_jax.recipes import run_experiment
 from ebm_jax.train.stages import (
     RunContext,
     RunLock,
     RunLockedError,
-    identity_hash,
     interrupted_message,
     stable_hash,
 )
@@ -42,9 +41,40 @@ def test_keys_are_named_and_distinct(tmp_path):
     again = RunContext(tmp_path, seed=3, lock=False).key("stage", "init")
     assert np.array_equal(jax.random.key_data(again), jax.random.key_data(k[0]))
     assert stable_hash("init") == stable_hash("init") < 2**31
-    assert identity_hash({"a": (1, 2)}) == identity_hash({"a": [1, 2]})
+    assert content_hash({"a": (1, 2)}, 8) == content_hash({"a": [1, 2]}, 8)
     with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2147483647\]"):
         RunContext(tmp_path, seed=-1)
+
+
+# identities and the 8 hex digits their stage directories were named with before the
+# stage hash and io's content hash became one function (computed with the old
+# `identity_hash`); and content hashes of io's, computed with the old `content_hash`
+OLD_STAGE_HASHES = [
+    ({"a": (1, 2)}, "0bf464f8"),
+    ({"stage": "train", "seed": 3, "lr": 0.001, "sizes": (64, 64),
+      "nested": {"b": [1.5, None, True], "a": "x"}}, "b0e31313"),
+    ({2: "two", 10: "ten"}, "bf63a23f"),
+    ({"path": Path("/x/y"), "nan": float("nan"), "inf": float("inf")}, "f8ac1692"),
+    ({}, "44136fa3"),
+]
+OLD_CONTENT_HASHES = [
+    ([["a.png", "ff00"]], "cfe1bad967299316"),
+    ({"split": "train", "n": 3, "sigma": (0.1, 0.2)}, "926c87bcf7c1acb7"),
+    ([1, 2.5, "x"], "b5d659ea2901c3b2"),
+]
+
+
+@pytest.mark.parametrize("identity, digits", OLD_STAGE_HASHES)
+def test_stage_directory_names_are_those_of_existing_runs(tmp_path, identity, digits):
+    assert content_hash(identity, 8) == digits
+    ctx = RunContext(tmp_path, seed=0, lock=False)
+    assert ctx.stage_dir("train", identity).name == f"train-{digits}"
+
+
+@pytest.mark.parametrize("content, digits", OLD_CONTENT_HASHES)
+def test_content_hashes_are_unchanged(content, digits):
+    assert content_hash(content) == digits
+    assert content_hash(content, 8) == digits[:8]
 
 
 def _interrupt(toy, workdir):
