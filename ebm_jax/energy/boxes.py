@@ -22,7 +22,6 @@ experiment's config. Nothing here knows about Flax, optimisers or devices.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import jax
@@ -30,24 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ebm_jax.energy.losses import batch_loss, make_loss
+from ebm_jax.energy.methods import BOX_LOSSES, parse_method
 from ebm_jax.ops.boxes import decode_relative, encode_relative
 
-# the losses a box method may name (SM needs the Hessian trace of f in y: not used)
-BOX_LOSSES = ("ml-is", "kld-is", "ml-mcmc", "nce", "nce+", "dsm")
 
 BoxEnergy = Callable[[list, jax.Array, jax.Array], jax.Array]
-
-
-def parse_method(method: str) -> tuple[str, dict]:
-    """A Table 2 method name as (loss name, hyperparameters it fixes):
-    "ml-mcmc-4" -> ("ml-mcmc", {"num_steps": 4}); "nce+" -> ("nce+", {})."""
-    match = re.fullmatch(r"ml-mcmc-(\d+)", str(method))
-    if match and int(match.group(1)) >= 1:
-        return "ml-mcmc", {"num_steps": int(match.group(1))}
-    if method in BOX_LOSSES and method != "ml-mcmc":
-        return method, {}
-    raise ValueError(f"method must be one of {[m for m in BOX_LOSSES if m != 'ml-mcmc']} "
-                     f"or ml-mcmc-<L> (L Langevin steps >= 1), got {method!r}")
 
 
 def method_loss(method: str, num_samples: int, **hyperparameters) -> Callable:

@@ -27,6 +27,7 @@ from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.data import toy1d
 from ebm_jax.energy import BETA_SCALES, make_loss
+from ebm_jax.energy.methods import mcmc_steps, parse_method
 from ebm_jax.report import Report
 from ebm_jax.train.stages import RunContext, TrainStage
 
@@ -38,23 +39,18 @@ PAPER_TIMING_SETTING = "M = 1024, ML-MCMC 1024 chains, the authors' GPU"
 PLOT_GRID = 512  # resolution of the density plots (the D_KL uses `grid`)
 
 
-def mcmc_steps(method: str) -> int | None:
-    """L of "ml-mcmc-L", or None for another method name."""
-    tail = method.removeprefix("ml-mcmc-")
-    if tail == method:
-        return None
-    return int(tail) if tail.isdigit() and int(tail) >= 1 else 0
-
-
 def _valid_method(method: str) -> bool:
-    return method in METHODS or bool(mcmc_steps(method))
+    try:
+        parse_method(method, METHODS)
+    except ValueError:
+        return False
+    return True
 
 
 def check_method(method: str) -> str:
-    """`method` if it names a Table 1 method (or ml-mcmc-L, L >= 1); else ValueError."""
-    if not _valid_method(method):
-        raise ValueError(f"method must be one of {list(METHODS)} (or ml-mcmc-L with an "
-                         f"integer L >= 1), got {method!r}")
+    """`method` if it names a Table 1 method (or ml-mcmc-L, L >= 1); else ValueError
+    (`ebm_jax.energy.methods.parse_method`'s, naming the allowed values)."""
+    parse_method(method, METHODS)
     return method
 
 
