@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ebm_jax.data.images import ImageData, _stratified_split
+from ebm_jax.data.labelled_images import ImageData, stratified_split
 
 _SPLIT_IDS = {"train": 1, "test": 2}
 
@@ -94,10 +94,10 @@ def load_digits_on_photos(size: int = 32, *, seed: int = 0, train_copies: int = 
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
     d = load_digits()
     digits = (d.images / 16.0).astype(np.float32)
-    train_idx, test_idx = _stratified_split(d.target, 0.25, seed)
+    train_idx, test_idx = stratified_split(d.target, 0.25, seed)
     pools = {"train": "train", "test": "test"}
     if split == "val":  # held-out training digits on the training photos
-        keep, val = _stratified_split(d.target[train_idx], val_fraction, seed)
+        keep, val = stratified_split(d.target[train_idx], val_fraction, seed)
         train_idx, test_idx = train_idx[keep], train_idx[val]
         pools["test"] = "train"
     out = {}

@@ -24,83 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
+from ebm_jax.data.digits_on_photos import load_digits_on_photos
+from ebm_jax.data.labelled_images import (  # noqa: F401 (the checks re-exported)
+    ImageData,
+    check_images,
+    check_labels,
+    stratified_split,
+)
+from ebm_jax.data.records import image_data_from_records, open_records
+
 OPENCV_DIGITS = Path("/usr/share/doc/opencv-doc/examples/data/digits.png")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm")
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageData:
-    name: str
-    train_images: np.ndarray
-    train_labels: np.ndarray
-    test_images: np.ndarray
-    test_labels: np.ndarray
-    num_classes: int
-    class_names: tuple[str, ...] = ()
-    # read from ArrayRecord records (`data.records`): their directory, and the record
-    # index of each training image (a grain pipeline reads the same images from there)
-    records: str | None = None
-    train_index: np.ndarray | None = None
-
-    def __post_init__(self):
-        for split in ("train", "test"):
-            images = getattr(self, f"{split}_images")
-            labels = getattr(self, f"{split}_labels")
-            check_images(images, name=f"{self.name} {split}_images")
-            check_labels(labels, self.num_classes, name=f"{self.name} {split}_labels")
-            if len(images) != len(labels):
-                raise ValueError(f"{self.name}: {len(images)} {split} images but "
-                                 f"{len(labels)} labels")
-        if self.train_index is not None and len(self.train_index) != len(self.train_images):
-            raise ValueError(f"{self.name}: {len(self.train_index)} train_index entries "
-                             f"but {len(self.train_images)} training images")
-
-    @property
-    def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.train_images.shape[1:])
-
-    def subset(self, num_train: int | None = None, num_test: int | None = None):
-        """The first examples of each split (the splits are already shuffled)."""
-        return dataclasses.replace(
-            self,
-            train_images=self.train_images[:num_train],
-            train_labels=self.train_labels[:num_train],
-            train_index=None if self.train_index is None else self.train_index[:num_train],
-            test_images=self.test_images[:num_test],
-            test_labels=self.test_labels[:num_test],
-        )
-
-
-def check_images(images, *, channels: int | None = None, name: str = "images") -> None:
-    """images: (N, H, W, C) with C in {1, 3} (or `channels`), N >= 1, finite values in
-    [0, 1]."""
-    shape = np.shape(images)
-    if len(shape) != 4:
-        raise ValueError(f"{name} must have shape (N, H, W, C), got shape {shape}")
-    allowed = (1, 3) if channels is None else (channels,)
-    if shape[-1] not in allowed:
-        raise ValueError(f"{name} must have {' or '.join(map(str, allowed))} channels "
-                         f"(last axis), got shape {shape}")
-    if shape[0] < 1:
-        raise ValueError(f"{name} is empty")
-    a = np.asarray(images)
-    if not np.issubdtype(a.dtype, np.floating):
-        raise ValueError(f"{name} must be floating point in [0, 1], got dtype {a.dtype}")
-    lo, hi = float(np.min(a)), float(np.max(a))
-    if not (np.isfinite(lo) and np.isfinite(hi)) or lo < 0.0 or hi > 1.0:
-        raise ValueError(f"{name} values must be finite and in [0, 1], got range "
-                         f"[{lo}, {hi}]")
-
-
-def check_labels(labels, num_classes: int, *, name: str = "labels") -> None:
-    """labels: 1-D integers in [0, num_classes)."""
-    a = np.asarray(labels)
-    if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"{name} must be a 1-D integer array, got shape {a.shape} "
-                         f"dtype {a.dtype}")
-    if a.size and (int(a.min()) < 0 or int(a.max()) >= num_classes):
-        raise ValueError(f"{name} must be in [0, {num_classes}), got range "
-                         f"[{int(a.min())}, {int(a.max())}]")
 
 
 def resize(images: np.ndarray, size: int) -> np.ndarray:
@@ -119,19 +53,8 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     return np.clip(np.asarray(out), 0.0, 1.0)
 
 
-def _stratified_split(labels: np.ndarray, test_fraction: float, seed: int):
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        k = int(round(test_fraction * len(idx)))
-        test.append(idx[:k])
-        train.append(idx[k:])
-    return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(test))
-
-
 def _split(name, images, labels, num_classes, test_fraction, seed, class_names=()):
-    tr, te = _stratified_split(labels, test_fraction, seed)
+    tr, te = stratified_split(labels, test_fraction, seed)
     return ImageData(name, images[tr], labels[tr].astype(np.int32), images[te],
                      labels[te].astype(np.int32), num_classes, tuple(class_names))
 
@@ -283,8 +206,6 @@ def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
         path = Path(data_root) / "digits.png" if data_root is not None else OPENCV_DIGITS
         d = load_opencv_digits(path, size, seed=seed)
     elif name == "digits-on-photos":
-        from ebm_jax.data.digits_on_photos import load_digits_on_photos
-
         d = load_digits_on_photos(size, seed=seed, split=split,
                                   val_fraction=VAL_FRACTION)
     elif name in NEEDS_ROOT and data_root is None:
@@ -298,8 +219,6 @@ def load_image_data(name: str, size: int, *, data_root=None, seed: int = 0,
     elif name == "folder":
         d = load_image_folder(data_root, size)
     elif name == "records":
-        from ebm_jax.data.records import image_data_from_records
-
         d = image_data_from_records(data_root, size=size)
     else:
         raise ValueError(f"data must be one of {', '.join(DATASETS)}; got {name!r}")
@@ -322,8 +241,6 @@ def dataset_sizes(name: str, data_root=None) -> tuple[int, int, int]:
     if name == "cifar10":
         return 50000, 10000, 3
     if name == "records" and data_root is not None:
-        from ebm_jax.data.records import open_records
-
         rec = open_records(data_root, "images")
         return rec.splits["train"], rec.splits["test"], int(rec.metadata["image_shape"][-1])
     if name == "folder" and data_root is not None:
@@ -344,7 +261,7 @@ def validation_split(data: ImageData, fraction: float, seed: int) -> ImageData:
     whose images share a source split by source instead: `digits-on-photos`.)"""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"the validation fraction must be in (0, 1), got {fraction!r}")
-    tr, va = _stratified_split(data.train_labels, fraction, seed)
+    tr, va = stratified_split(data.train_labels, fraction, seed)
     if len(va) == 0 or len(tr) == 0:
         raise ValueError(f"a validation fraction of {fraction} leaves {len(tr)} training "
                          f"and {len(va)} validation images of {len(data.train_labels)}")

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ebm_jax.data.records import open_records, read_rows
+
 
 @functools.lru_cache(maxsize=4)  # one permutation per epoch, not per step
 def _epoch_order(seed: int, epoch: int, num_items: int) -> np.ndarray:
@@ -96,21 +98,6 @@ class ArraySource:
         return {k: v[idx] for k, v in self.arrays.items() if fields is None or k in fields}
 
 
-def read_rows(source, idx, fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """The examples `idx` of `source`, each field stacked into one array."""
-    idx = np.asarray(idx, np.int64)
-    if hasattr(source, "read_rows"):
-        return source.read_rows(idx, fields)
-    n = len(source)
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
-        raise IndexError(f"record indices must be in [0, {n}), got range "
-                         f"[{idx.min()}, {idx.max()}]")
-    getitems = getattr(source, "__getitems__", None)
-    rows = getitems([int(i) for i in idx]) if getitems else [source[int(i)] for i in idx]
-    keys = fields if fields is not None else (rows[0].keys() if rows else ())
-    return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in keys}
-
-
 def step_batches(source, *, batch_size: int, seed: int, num_steps: int,
                  items: np.ndarray | None = None, fields: Sequence[str] | None = None,
                  shard: HostShard | None = None):
@@ -163,8 +150,6 @@ def image_batches(data, *, batch_size: int, seed: int, num_steps: int,
     from its arrays. Elements: {"image": float32 (b/P, H, W, C), "index", ["label"]}."""
     fields = ("image", "label") if with_labels else ("image",)
     if getattr(data, "records", None):
-        from ebm_jax.data.records import open_records
-
         source = _ImageRecordSource(open_records(data.records, "images").source("train"))
         items = data.train_index
     else:

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+
+from ebm_jax.data.labelled_images import ImageData
 
 KINDS = ("toy1d", "images", "detection", "tracking")
 VERSION = "1.0.0"
@@ -266,6 +268,21 @@ def find_dataset_dir(path) -> Path:
     return found[0]
 
 
+def read_rows(source, idx, fields: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The examples `idx` of `source`, each field stacked into one array."""
+    idx = np.asarray(idx, np.int64)
+    if hasattr(source, "read_rows"):
+        return source.read_rows(idx, fields)
+    n = len(source)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"record indices must be in [0, {n}), got range "
+                         f"[{idx.min()}, {idx.max()}]")
+    getitems = getattr(source, "__getitems__", None)
+    rows = getitems([int(i) for i in idx]) if getitems else [source[int(i)] for i in idx]
+    keys = fields if fields is not None else (rows[0].keys() if rows else ())
+    return {k: np.stack([np.asarray(r[k]) for r in rows]) for k in keys}
+
+
 @dataclasses.dataclass(frozen=True)
 class Records:
     """An opened records dataset: its kind, metadata and per-split sizes; `source(split)`
@@ -307,8 +324,6 @@ class Records:
 
     def read_all(self, split: str = "train", fields=None) -> dict[str, np.ndarray]:
         """Every example of a split, each field stacked (fixed-shape fields only)."""
-        from ebm_jax.data.pipeline import read_rows
-
         return read_rows(self.source(split), np.arange(self.splits[split]), fields)
 
 
@@ -399,8 +414,6 @@ def image_data_from_records(path, *, size: int | None = None):
     """The `ImageData` of an "images" records dataset (images / 255, float32), its size
     checked against `size`; its `train_index` is the record index of each training
     image, so that a grain pipeline reads the same images from the records."""
-    from ebm_jax.data import images as image_data
-
     rec = open_records(path, "images")
     # every record is read here, through the checked source: a damaged one is one
     # RecordsError naming its file, before any training (no separate verify pass)
@@ -411,7 +424,7 @@ def image_data_from_records(path, *, size: int | None = None):
     if size is not None and size != stored:
         raise RecordsError(f"{rec.path} holds {stored}x{stored} images: set image_size "
                            f"to {stored} (got {size}); records are read as written")
-    return image_data.ImageData(
+    return ImageData(
         name=f"records:{rec.metadata.get('name', rec.path.name)}",
         train_labels=parts["train"]["label"].astype(np.int32),
         test_labels=parts["test"]["label"].astype(np.int32),
@@ -427,6 +440,7 @@ __all__ = [
     "find_dataset_dir",
     "image_data_from_records",
     "open_records",
+    "read_rows",
     "write_detection_records",
     "write_image_records",
     "write_toy1d_records",

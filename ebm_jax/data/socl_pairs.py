@@ -20,9 +20,10 @@ whole frames, computed once): {"frames": (F,), "boxes": (F, K, 4) xywh, "scores"
 NaN rows where a frame kept fewer than K. The map of a region is the per-pixel sum of the
 scores of the proposals covering it, drawn in region pixels (`score_map`), averaged over
 the cells of the feature grid, and turned into a distribution by a softmax over the
-cells (`grid_softmax`; both `ebm_jax.ops.score_maps`; sec. 3.1). Feature cell k of SiamFC's AlexNet (valid convolutions,
-total stride 8, receptive field 87) is centred on input pixel offset + 8 k with offset =
-(S - 1 - 8 (g - 1)) / 2; its cell is the 8 x 8 pixels around that centre.
+cells (`grid_softmax`; both `ebm_jax.ops.score_maps`; sec. 3.1). Feature cell k of
+SiamFC's AlexNet (valid convolutions, total stride 8, receptive field 87) is centred on
+input pixel offset + 8 k with offset = (S - 1 - 8 (g - 1)) / 2; its cell is the 8 x 8
+pixels around that centre.
 """
 
 from __future__ import annotations

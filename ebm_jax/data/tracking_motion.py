@@ -18,15 +18,12 @@ rows (cx, cy, sx, sy, angle) as `ebm_jax.data.tracking_render.ObjectTrack` holds
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ebm_jax.data.tracking_render import ObjectTrack, load_photo, photo_is_grey
 from ebm_jax.data.tracking_shapes import SHAPE_KINDS, random_shape, shape_box
-
-if TYPE_CHECKING:
-    from ebm_jax.data.tracking import TrackingSpec
+from ebm_jax.data.tracking_spec import TrackingSpec
 
 MIN_FIRST_SIDE = 12.0  # px, the target's box in the first frame
 
