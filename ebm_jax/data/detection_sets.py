@@ -22,12 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ebm_jax.data import detection as det_data
-from ebm_jax.io import (  # noqa: F401 (content_hash re-exported)
-    atomic_write,
-    content_hash,
-    file_digests,
-    read_json,
-)
+from ebm_jax.io import atomic_write, content_hash, file_digests, read_json
 
 
 @dataclasses.dataclass

@@ -7,6 +7,8 @@ the FPN levels of a trained Faster R-CNN R50-FPN; here a small feature pyramid,
     ...train model with `ebm_jax.models.fpn.dense_loss`...
     features = FeatureSource(model.backbone, train)   # computed once, on first use
     levels = features.levels([3, 0, 3])               # [(3, H_l, W_l, C), ...]
+
+`train` is an `ebm_jax.data.detection.DetectionSet`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import jax
 import numpy as np
 from flax import nnx
 
-from ebm_jax.data.detection import DetectionSet
 
 
 def build_backbone(*, widths: Sequence[int], channels: int, num_classes: int, key):
@@ -29,7 +30,7 @@ def build_backbone(*, widths: Sequence[int], channels: int, num_classes: int, ke
     return DenseBoxModel(backbone, num_classes, rngs=rngs)
 
 
-def backbone_batches(data: DetectionSet, strides: Sequence[int], *, batch: int,
+def backbone_batches(data, strides: Sequence[int], *, batch: int,
                      seed: int) -> Callable[[int], tuple]:
     """`batches(step) -> (images, dense targets per level)` for `dense_loss`: `batch`
     images drawn at random; a function of (seed, step) alone, so a resumed run sees the
@@ -72,7 +73,7 @@ class FeatureSource:
     and kept in memory when they fit in `cache_bytes`, else computed for each request
     (so a resumed run whose stages are all done computes none)."""
 
-    def __init__(self, backbone, data: DetectionSet, *, batch: int = 32,
+    def __init__(self, backbone, data, *, batch: int = 32,
                  cache_bytes: float = 2e9, progress: bool = False):
         graphdef, state = nnx.split(backbone)
         self.data, self.batch, self.progress = data, batch, progress

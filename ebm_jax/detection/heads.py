@@ -1,5 +1,6 @@
 """The detection energy head's training inputs (the paper's sec. 4.2): the head, and
-batches of annotated boxes, each with its image's frozen feature levels."""
+batches of annotated boxes, each with its image's frozen feature levels. `data` is an
+`ebm_jax.data.detection.DetectionSet`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from flax import nnx
 
-from ebm_jax.data.detection import DetectionSet
 
 
 def build_head(*, channels: int, num_classes: int, hidden: int, pool_size: int,
@@ -23,7 +23,7 @@ def build_head(*, channels: int, num_classes: int, hidden: int, pool_size: int,
                                pool_method=pool_method, rngs=nnx.Rngs(key))
 
 
-def box_index(data: DetectionSet) -> np.ndarray:
+def box_index(data) -> np.ndarray:
     """(K, 2) (image, row) of every valid training box; images without one are
     skipped (documented), and a set with none is an error."""
     idx = np.argwhere(data.valid)
@@ -32,7 +32,7 @@ def box_index(data: DetectionSet) -> np.ndarray:
     return idx
 
 
-def box_batches(data: DetectionSet, features, *, boxes_per_batch: int,
+def box_batches(data, features, *, boxes_per_batch: int,
                 seed: int) -> Callable[[int], tuple]:
     """`batches(step) -> (levels, boxes, classes, valid)` for `make_detection_loss`:
     `boxes_per_batch` annotated boxes drawn at random, each as a one-box "image" with

@@ -1,22 +1,20 @@
 """Prediction with the detection energy head (the paper's sec. 4.2): the detector's
-boxes, guided NMS by f, then T gradient-ascent steps on f in the relative box space;
-scored with the COCO evaluator before and after.
+boxes, guided NMS by f, then T gradient-ascent steps on f in the relative box space
+(scored with the COCO evaluator before and after by `ebm_jax.eval.coco.
+evaluate_refinement`). `val` is an `ebm_jax.data.detection.DetectionSet`.
 
     out = refine_detections(head, val, features, detections, step_lengths=(8e-4,
                             8e-4, 3.2e-3, 3.2e-3), refine_steps=10)
-    metrics = evaluate_refinement(head, val, features, detections, ...)
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import jax
 import numpy as np
 from flax import nnx
 
-from ebm_jax.data.detection import DetectionSet
 from ebm_jax.ops.boxes import guided_nms
 
 _ENERGY_FNS: dict = {}
@@ -44,7 +42,7 @@ def _clip(xyxy: np.ndarray, width: float, height: float) -> np.ndarray:
     return np.clip(xyxy, 0.0, np.array([width, height, width, height], np.float32))
 
 
-def refine_detections(head, val: DetectionSet, features, detections: list[dict], *,
+def refine_detections(head, val, features, detections: list[dict], *,
                       step_lengths: Sequence[float], refine_steps: int,
                       score_threshold: float = 0.05, max_detections: int = 100,
                       nms_iou: float = 0.5, guided_nms: bool = True,
@@ -131,21 +129,4 @@ def refine_detections(head, val: DetectionSet, features, detections: list[dict],
         out["nms"] += [entry(boxes[j], j, new_scores[j]) for j in kept]
         out["refined"] += [entry(refined[r], j, new_scores[j]) for r, j in enumerate(kept)
                            if alive[r]]
-    return out
-
-
-def evaluate_refinement(head, val: DetectionSet, features, detections: list[dict],
-                        **settings) -> dict:
-    """AP / AP50 / AP75 (COCO evaluator) of the initial, guided-NMS and refined boxes
-    of `refine_detections(..., **settings)`, with the refinement's seconds, the number
-    of refined boxes and of those the refinement carried out of the image (dropped)."""
-    from ebm_jax.eval.coco import coco_evaluate
-
-    t0 = time.perf_counter()
-    results = refine_detections(head, val, features, detections, **settings)
-    seconds = time.perf_counter() - t0
-    out = {name: coco_evaluate(val.annotations, dets) for name, dets in results.items()}
-    out["refine_seconds"] = seconds
-    out["num_boxes"] = len(results["refined"])
-    out["num_left_image"] = len(results["nms"]) - len(results["refined"])
     return out

@@ -11,7 +11,7 @@ Stages, shared by every config of the same data and settings (default workdir
   schedule of `ebm_jax.train.schedules.warmup_step_decay`); every head starts from the
   same parameters and sees the same boxes, so methods differ only in their loss. Its
   `eval.json` caches AP / AP50 / AP75 of the detector's boxes before and after guided
-  NMS and T gradient-ascent steps (`ebm_jax.detection.evaluate_refinement`).
+  NMS and T gradient-ascent steps (`ebm_jax.eval.coco.evaluate_refinement`).
 """
 
 from __future__ import annotations
@@ -360,6 +360,7 @@ def _run_seed(cfg: Config, ctx, tables) -> tuple[dict, dict, dict, object]:
     """Every head of `tables` for the seed of `ctx`: ({stage name: row}, data info,
     backbone figures, data)."""
     from ebm_jax import detection as det
+    from ebm_jax.eval import coco
     from ebm_jax.recipes.detection_stages import backbone_stage, head_stage, open_data
 
     data = open_data(cfg, ctx)
@@ -388,7 +389,7 @@ def _run_seed(cfg: Config, ctx, tables) -> tuple[dict, dict, dict, object]:
             identity = {"head": head_id, "val": data.identity["val"],
                         "detections": data.identity["detections"], **settings}
             row.update(ctx.cached(stage.dir(ctx), "eval", identity, lambda: (
-                det.evaluate_refinement(head, data.val, val_feats, data.detections,
+                coco.evaluate_refinement(head, data.val, val_feats, data.detections,
                                         progress=ctx.progress, **settings))))
         results[spec.name] = row
         ap = (f"AP {100 * row['initial']['AP']:.1f} -> {100 * row['refined']['AP']:.1f}"

@@ -21,8 +21,8 @@ def open_data(cfg: Config, ctx):
     """The data (validated: annotations, every image, the detections), with the
     `eval_split` (val or test) as the scored set; the detections must be pre-NMS when
     guided NMS is on."""
-    from ebm_jax import detection as det
     from ebm_jax.data import detection as det_data
+    from ebm_jax.data import detection_sets as det
     from ebm_jax.io import content_hash
 
     if cfg.data == "coco":

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from ebm_jax.data.detection import load_detection_set
+from ebm_jax.data.detection_sets import images_fingerprint
 from ebm_jax.data.sequences import fingerprint, read_got10k
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
-from ebm_jax.detection.data import images_fingerprint
 from ebm_jax.io import file_digests
 from ebm_jax.recipes.tracking_stages import annotation_identity
 

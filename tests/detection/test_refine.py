@@ -11,9 +11,9 @@ from ebm_jax.detection import (
     box_batches,
     box_index,
     build_head,
-    evaluate_refinement,
     refine_detections,
 )
+from ebm_jax.eval.coco import evaluate_refinement
 from ebm_jax.models.fpn import FeaturePyramid
 
 

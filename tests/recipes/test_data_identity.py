@@ -74,7 +74,7 @@ def test_a_replaced_coco_image_changes_the_data_identity(tmp_path):
     from PIL import Image
 
     from ebm_jax.data.detection import generate_dataset, simulate_detections
-    from ebm_jax.detection.data import open_coco
+    from ebm_jax.data.detection_sets import open_coco
 
     root = tmp_path / "coco"
     (root / "annotations").mkdir(parents=True)

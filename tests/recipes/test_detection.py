@@ -50,14 +50,14 @@ def runs(tmp_path_factory):
 @pytest.fixture
 def no_training(monkeypatch):
     """Fails the test if a training step or an evaluation runs."""
-    from ebm_jax import detection
+    from ebm_jax.eval import coco
     from ebm_jax.train.step import TrainStep
 
     def refuse(*a, **k):
         raise AssertionError("a stage was retrained or re-evaluated")
 
     monkeypatch.setattr(TrainStep, "__call__", refuse)
-    monkeypatch.setattr(detection, "evaluate_refinement", refuse)
+    monkeypatch.setattr(coco, "evaluate_refinement", refuse)
 
 
 def _check_row(r):
