@@ -160,7 +160,7 @@ plt.show()
 #
 # MoCo's pretext task is instance discrimination: two random augmentations of one image
 # are a positive pair, views of other images are negatives. The `digits-color`
-# augmentation (`ebm_jax.data.augment`) is a resized crop (30-100 % of the area), MoCo
+# augmentation (`ebm_jax.ops.augment`) is a resized crop (30-100 % of the area), MoCo
 # v1's colour jitter (brightness, contrast, saturation and hue 0.4, p 0.8), grayscale
 # (p 0.2) and a light blur, with no flip (a mirrored digit is another symbol). Two views
 # of one image share their background photo; without the hue and saturation jitter the
@@ -168,7 +168,7 @@ plt.show()
 # image, inside `jit`.
 
 # %%
-from ebm_jax.data.augment import augment_batch, get_augment
+from ebm_jax.ops.augment import augment_batch, get_augment
 
 augment = get_augment(AUGMENT)
 # jitted once for a batch of BATCH images; the loss below draws its views the same way

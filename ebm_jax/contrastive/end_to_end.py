@@ -35,7 +35,7 @@ def make_end_to_end_loss(*, temperature: float, augment: Callable,
     the mechanisms of the ablation (Fig. 3) share one normalisation."""
     checks.positive("temperature", temperature)
     from ebm_jax.contrastive.shuffle_bn import shuffled_forward
-    from ebm_jax.data.augment import augment_batch
+    from ebm_jax.ops.augment import augment_batch
 
     def loss_fn(model, images, key):
         k_q, k_k, k_perm = jax.random.split(key, 3)

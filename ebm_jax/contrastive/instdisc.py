@@ -106,7 +106,7 @@ def make_instdisc_loss(*, temperature: float = 0.07, num_noise: int = 4096,
         raise ValueError(f"kind must be one of {LOSS_KINDS}, got {kind!r}")
     if not 0.0 <= bank_momentum <= 1.0:
         raise ValueError(f"bank_momentum must be in [0, 1], got {bank_momentum}")
-    from ebm_jax.data.augment import augment_batch
+    from ebm_jax.ops.augment import augment_batch
 
     def loss_fn(model, batch, key):
         images, indices = batch

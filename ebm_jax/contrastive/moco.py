@@ -108,7 +108,7 @@ def make_moco_loss(*, momentum: float, temperature: float, augment: Callable,
         shuffled_forward,
         unshuffle_across_devices,
     )
-    from ebm_jax.data.augment import augment_batch
+    from ebm_jax.ops.augment import augment_batch
 
     def loss_fn(model, images, key):
         k_q, k_k, k_perm = jax.random.split(key, 3)

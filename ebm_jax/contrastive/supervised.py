@@ -18,7 +18,7 @@ def make_supervised_loss(*, augment: Callable, image_size: int) -> Callable:
     """`loss_fn(model, (images, labels), key) -> (loss, metrics)` for `ebm_jax.train`
     (model: a module with `encoder` and `classifier`,
     `ebm_jax.models.contrastive.Supervised`)."""
-    from ebm_jax.data.augment import augment_batch
+    from ebm_jax.ops.augment import augment_batch
 
     def loss_fn(model, batch, key):
         images, labels = batch

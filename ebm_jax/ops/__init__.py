@@ -3,7 +3,8 @@ energy head (Gustafsson et al. 2020, "How to Train Your EBM for Regression", sec
 the cross-correlation of Siamese trackers (Bertinetto et al. 2016, sec. 2.2); box
 geometry (IoU, greedy and guided NMS, relative space) in `boxes`, SiamFC's square crops
 in `crops` (imported from there: it needs OpenCV), the per-pixel box score map and the
-grid softmax of TOP maps in `score_maps`."""
+grid softmax of TOP maps in `score_maps`; the jittable image augmentations of MoCo and
+InstDisc in `augment`."""
 
 from ebm_jax.ops.boxes import (
     box_iou,

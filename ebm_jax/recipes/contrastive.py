@@ -35,7 +35,7 @@ from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.contrastive import check_queue_size
 from ebm_jax.data import images as image_data
-from ebm_jax.data.augment import AUGMENTATIONS
+from ebm_jax.ops.augment import AUGMENTATIONS
 from ebm_jax.models.contrastive import METHODS, resnet_activation_bytes
 from ebm_jax.models.resnet import ARCHS
 from ebm_jax.recipes.contrastive_stages import (

@@ -28,7 +28,7 @@ from ebm_jax.contrastive import (
     normalise,
 )
 from ebm_jax.data import images as image_data
-from ebm_jax.data.augment import get_augment
+from ebm_jax.ops.augment import get_augment
 from ebm_jax.data.pipeline import StepReader, batch_indices, image_batches
 from ebm_jax.eval.knn import knn_accuracy
 from ebm_jax.eval.linear_probe import (

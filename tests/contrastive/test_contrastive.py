@@ -269,7 +269,7 @@ def test_moco_step_order_ema_queue_and_frozen_key_encoder():
 
     from ebm_jax.contrastive import make_moco_loss
     from ebm_jax.models.contrastive import QUERY_PARAMS, MoCo
-    from ebm_jax.data.augment import moco_v2_augment
+    from ebm_jax.ops.augment import moco_v2_augment
     from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
 
     m, batch, size = 0.9, 4, 12
@@ -310,7 +310,7 @@ def test_moco_step_order_ema_queue_and_frozen_key_encoder():
 
 def test_moco_bad_settings():
     from ebm_jax.contrastive import make_moco_loss
-    from ebm_jax.data.augment import moco_v1_augment
+    from ebm_jax.ops.augment import moco_v1_augment
 
     kw = dict(augment=moco_v1_augment, image_size=8)
     with pytest.raises(ValueError, match="momentum must be in"):
@@ -406,7 +406,7 @@ def test_end_to_end_shuffled_keys_come_back_in_order():
     # q.k / t within (|dq| + |dk|) / t plus its 8-term dot product's rounding, and a row's
     # log-sum-exp minus its diagonal within twice that plus its own rounding (8 exps of
     # spread <= 2 / t, |lse| <= 1 / t + log 8); each side within it of the exact value.
-    from ebm_jax.data.augment import augment_batch
+    from ebm_jax.ops.augment import augment_batch
 
     t = 0.2
     fc = Encoder(False).fc  # the weights of every Encoder(False) above (Rngs(0))
@@ -466,7 +466,7 @@ def test_supervised_loss_is_cross_entropy_on_augmented_views():
     from flax import nnx
 
     from ebm_jax.contrastive import make_supervised_loss
-    from ebm_jax.data.augment import augment_batch, digits_augment
+    from ebm_jax.ops.augment import augment_batch, digits_augment
 
     class Model(nnx.Module):
         def __init__(self):
@@ -513,7 +513,7 @@ def test_moco_step_with_batch_norm_shuffled_across_devices():
     from jax.sharding import PartitionSpec as P
 
     from ebm_jax.contrastive import gather_replicated, make_moco_loss
-    from ebm_jax.data.augment import digits_augment
+    from ebm_jax.ops.augment import digits_augment
     from ebm_jax.models.contrastive import QUERY_PARAMS, MoCo
     from ebm_jax.train import (
         DATA_AXIS,

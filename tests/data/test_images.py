@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ebm_jax.data import images as image_data
-from ebm_jax.data.augment import digits_augment
+from ebm_jax.ops.augment import digits_augment
 
 
 def test_digits_are_real_images_split_by_class():

@@ -8,7 +8,6 @@ import pytest
 from flax import nnx
 
 from ebm_jax.contrastive import make_moco_loss
-from ebm_jax.data.augment import digits_augment
 from ebm_jax.models.contrastive import (
     METHODS,
     QUERY_PARAMS,
@@ -20,6 +19,7 @@ from ebm_jax.models.contrastive import (
     resnet_activation_bytes,
 )
 from ebm_jax.models.resnet import ResNetEncoder
+from ebm_jax.ops.augment import digits_augment
 from ebm_jax.train import create_train_state, make_mesh, make_train_step, replicate
 
 

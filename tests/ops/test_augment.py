@@ -1,4 +1,4 @@
-"""ebm_jax.data.augment: shapes, value ranges, per-key randomness, exact cases."""
+"""ebm_jax.ops.augment: shapes, value ranges, per-key randomness, exact cases."""
 
 import colorsys
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ebm_jax.data import augment as A
+from ebm_jax.ops import augment as A
 
 RNG = np.random.default_rng(0)
 IMAGES = jnp.asarray(RNG.uniform(size=(6, 24, 20, 3)), jnp.float32)
