@@ -31,7 +31,7 @@ from ebm_jax.data.detector import (  # noqa: F401 (re-exported: the set's detect
     duplicate_fraction,
     simulate_detections,
 )
-from ebm_jax.io import atomic_write, image_cut_short
+from ebm_jax.io import atomic_write, image_cut_short, read_json
 
 SHAPES = ("disc", "square", "triangle", "cross", "ring", "diamond", "bar", "ellipse")
 
@@ -253,8 +253,6 @@ def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_
     says (`check_images`). Crowd annotations are left out of training; a box of width
     or height <= 0 or with a non-finite coordinate is an error naming its annotation
     id."""
-    from ebm_jax.io import read_json
-
     annotations, image_dir = Path(annotations), Path(image_dir)
     if not annotations.is_file():
         raise ValueError(f"annotation file {annotations} does not exist")

@@ -38,6 +38,7 @@ from ebm_jax.data.sequence_rules import (
     read_label,
     read_table,
 )
+from ebm_jax.io import file_digests
 
 VERIFY_LEVELS = ("exists", "header", "full")
 BOX_MODES = ("all", "first")
@@ -312,8 +313,6 @@ def fingerprint(sequences: Iterable[Sequence], *, digest_cache=None) -> dict:
     names and SHA-256 of their bytes (`ebm_jax.io.file_digests`; with `digest_cache`, a
     frame is read again only when its size or modification time changed)."""
     import hashlib
-
-    from ebm_jax.io import file_digests
 
     sequences = list(sequences)
     digests = iter(file_digests([f for s in sequences for f in s.frames],
