@@ -29,6 +29,7 @@ from ebm_jax.config import Checks, ConfigError
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.report import Report
 from ebm_jax.report import tracking as report
+from ebm_jax.report.statistics import mean_sd, sequence_difference
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["Config", "check", "run"]
@@ -132,21 +133,6 @@ def _open(cfg: Config, ctx: RunContext) -> stages.TrackingData:
 _open.cache = {}
 
 
-def _mean_sd(rows: list[dict], key: str):
-    v = np.asarray([r[key] for r in rows if r.get(key) is not None], np.float64)
-    if v.size == 0:
-        return None, None
-    return float(v.mean()), (float(v.std(ddof=1)) if v.size > 1 else None)
-
-
-def _paired(a: list[list[float]], b: list[list[float]]) -> dict:
-    """Per-sequence AUC difference a - b (each averaged over seeds first): mean and its
-    standard error over sequences."""
-    d = np.mean(np.asarray(a, np.float64), 0) - np.mean(np.asarray(b, np.float64), 0)
-    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
-    return {"mean": float(d.mean()), "se": se, "num_sequences": int(len(d))}
-
-
 def run(cfg: Config, ctx: RunContext) -> Report:
     data = _open(cfg, ctx)
     results: dict[str, dict[str, list[dict]]] = {}  # set -> tracker -> one row per seed
@@ -180,14 +166,14 @@ def run(cfg: Config, ctx: RunContext) -> Report:
                         f"precision {row['precision']:.3f}, AO {row['ao']:.3f}, "
                         f"{row['fps'] or 0:.1f} FPS")
         results[set_name] = rows
-    summary = {s: {t: {k: dict(zip(("mean", "sd"), _mean_sd(r, k)))
+    summary = {s: {t: {k: dict(zip(("mean", "sd"), mean_sd([x.get(k) for x in r])))
                        for k in ("auc", "precision", "norm_precision", "ao", "sr50",
                                  "sr75", "fps")}
                    for t, r in rows.items()} for s, rows in results.items()}
     for s, rows in results.items():
         auc = {t: [r["sequence_auc"] for r in rows[t]] for t in TRACKERS}
-        summary[s]["box-siam vs static"] = _paired(auc["box-siam"], auc["static"])
-        summary[s]["box-siam vs random"] = _paired(auc["box-siam"], auc["random"])
+        summary[s]["box-siam vs static"] = sequence_difference(auc["box-siam"], auc["static"])
+        summary[s]["box-siam vs random"] = sequence_difference(auc["box-siam"], auc["random"])
     test = data.eval_sets["generated-test"]
     strips = test[:cfg.strip_sequences]
     title = (f"Box-Siam (SiamFC, AlexNet width {cfg.width}) trained {cfg.steps} steps on "

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ebm_jax.report import Report
-from ebm_jax.report.tables import fmt, markdown_table, mean_sd
+from ebm_jax.report.statistics import paired_seeds_and_sequences
+from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
 
 GOT10K_FRAMES = 1.4e6  # boxes in GOT-10k's train split (the paper's Table 4)
 METRICS = (("auc", "AUC"), ("precision", "prec. @20px"), ("ao", "AO"), ("sr50", "SR0.5"),
@@ -32,22 +33,6 @@ PAPER = {
     "table4": "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points $7.0k and 883 h; "
               "training SiamFC 8 h, SoCL 24 h on a V100 at $0.90/h",
 }
-
-
-def paired(a: Sequence[dict], b: Sequence[dict]) -> dict:
-    """a - b in AUC: per seed (matched by seed) and per sequence (seed-averaged)."""
-    seeds = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
-    ra = {r["seed"]: r for r in a}
-    rb = {r["seed"]: r for r in b}
-    d = np.asarray([ra[s]["auc"] - rb[s]["auc"] for s in seeds], np.float64)
-    seq = (np.mean([ra[s]["sequence_auc"] for s in seeds], 0)
-           - np.mean([rb[s]["sequence_auc"] for s in seeds], 0))
-    se_seed = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
-    se_seq = float(seq.std(ddof=1) / np.sqrt(len(seq))) if len(seq) > 1 else None
-    real = (se_seed is not None and se_seq is not None
-            and abs(d.mean()) > 2 * max(se_seed, se_seq))
-    return {"mean": float(d.mean()), "se_seeds": se_seed, "se_sequences": se_seq,
-            "per_seed": d.tolist(), "real": bool(real), "seeds": seeds}
 
 
 def comparisons(experiment: str, labels: Sequence[str]) -> list[tuple[str, str]]:
@@ -179,7 +164,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     for lab in labels:
         rs = rows[lab]
         secs = [t.get("seconds") for t in training[lab] if t.get("seconds")]
-        body.append([lab] + [mean_sd([r[k] for r in rs], ".1f", 100) for k, _ in METRICS]
+        body.append([lab] + [mean_sd_cell([r[k] for r in rs], ".1f", 100) for k, _ in METRICS]
                     + [" / ".join(fmt(r["auc"], ".1f", 100) for r in rs),
                        fmt(np.mean(secs), ".0f") if secs else "-"])
     body.append(["never moves (first box)"] + [fmt(static_row[k], ".1f", 100)
@@ -189,7 +174,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
           f"Generated test split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]
-    pairs = {f"{a} - {b}": paired(rows[a], rows[b]) for a, b in comparisons(exp, labels)}
+    pairs = {f"{a} - {b}": paired_seeds_and_sequences(rows[a], rows[b]) for a, b in comparisons(exp, labels)}
     lines = [f"- {k}: AUC {100 * p['mean']:+.1f} (se {fmt(p['se_seeds'], '.1f', 100)} over "
              f"seeds, {fmt(p['se_sequences'], '.1f', 100)} over sequences): {_verdict(p)}."
              for k, p in pairs.items()]
