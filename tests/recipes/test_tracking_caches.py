@@ -4,7 +4,6 @@ and replaced whole; it is never returned as a result."""
 
 import io
 import json
-import types
 
 import numpy as np
 import pytest
@@ -67,7 +66,7 @@ def test_a_corrupt_sequence_result_is_tracked_again(tmp_path, content):
 def test_a_corrupt_top_cache_is_computed_again(tmp_path, monkeypatch, content):
     from ebm_jax.tracking import top_maps
 
-    keep = socl_stages.top_settings(None).keep
+    keep = socl_stages.TOP_SETTINGS.keep
     calls = []
 
     def fake_top_boxes(frame, point, settings, seed):
@@ -78,14 +77,13 @@ def test_a_corrupt_top_cache_is_computed_again(tmp_path, monkeypatch, content):
     seqs = _sequences(tmp_path / "data")
     lines = []
     ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lines.append)
-    cfg = types.SimpleNamespace(annotate_every=1)
-    first = socl_stages.top_cache(cfg, ctx, seqs, {"d": 1}, "clean")
+    first = socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1)
     assert len(calls) == 6
     (stage,) = (tmp_path / "w").glob("top-clean-*")
     path = stage / "a.npz"
     good = path.read_bytes()
     path.write_bytes(content)
-    again = socl_stages.top_cache(cfg, ctx, seqs, {"d": 1}, "clean")
+    again = socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1)
     assert len(calls) == 9  # sequence a's three frames again, b's from the cache
     for i in first:
         for k in first[i]:
