@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 
 import numpy as np
 
@@ -39,7 +38,7 @@ from ebm_jax.contrastive.socl import SoCLSettings
 from ebm_jax.recipes import socl_stages as stages
 from ebm_jax.recipes import tracking
 from ebm_jax.recipes import tracking_stages as tstages
-from ebm_jax.recipes.tracking_arms import Arm, Trained, pairs_of, run_arms
+from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
 from ebm_jax.report import Report
 from ebm_jax.train.stages import RunContext
 
@@ -349,15 +348,6 @@ def _table6(cfg: Config) -> list[Arm]:
 def _table4(cfg: Config) -> list[Arm]:
     return [_arm("Box-Siam", "box-siam"),
             _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",))]
-
-
-@dataclasses.dataclass(frozen=True)
-class Experiment:
-    """A row of `EXPERIMENTS`: the arms of the experiment's table (with what each is
-    compared with) from the config, and the paper's figures."""
-
-    arms: Callable[[Config], list[Arm]]
-    paper: str
 
 
 EXPERIMENTS = {

@@ -25,16 +25,13 @@ import functools
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.tracking_arms import Arm, Trained, pairs_of, run_arms
+from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
 from ebm_jax.report import Report
 from ebm_jax.report import tracking as report
 from ebm_jax.report.statistics import mean_sd, sequence_difference
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["Config", "check", "run"]
-
-TRACKERS = ("static", "random", "box-siam")
-
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -67,10 +64,13 @@ class Config:
     reference: tuple[tuple[str, str], ...] = ()
     reference_note: str = ""
     seed: int = 0  # the data's seed
+    experiment: str = "box-siam"  # a row of EXPERIMENTS: the arms trained and tracked
 
     def __post_init__(self):
         c = Checks(self)
         c.one_of("train_data", ("generated", "got10k"))
+        if type(self) is Config:  # a recipe built on this Config checks its own table
+            c.one_of("experiment", tuple(EXPERIMENTS))
         for f in ("num_train_sequences", "num_test_sequences", "steps", "batch_size",
                   "max_gap", "box_every"):
             c.int_range(f, 1)
@@ -171,62 +171,66 @@ class TrackingRun:
     data: stages.TrackingData
 
 
-def train_box_siam(env: TrackingRun, seed: int, earlier) -> Trained:
+def train_box_siam(env: TrackingRun, seed: int, used) -> Trained:
     """Box-Siam: SiamFC trained on the training split's boxes."""
     return stages.train_box_siam(env.cfg, env.ctx, env.data, seed)
 
 
-def random_start(env: TrackingRun, seed: int, earlier) -> Trained:
+def random_start(env: TrackingRun, seed: int, used) -> Trained:
     """SiamFC with the random initial backbone of the same seed's Box-Siam."""
-    box = earlier["box-siam"]
+    box = used["box-siam"]
     return Trained(stages.build_model(env.cfg, env.ctx, box.stage),
                    {"start_of": box.identity["trained"]})
 
 
-# The experiment's table: each arm with its training, its tracker (SiamFC's scale search
-# unless given) and the arms it is compared with; trained in this order (an arm may use
-# an earlier arm's model of the same seed), reported in the order of TRACKERS.
-ARMS = (
-    Arm("box-siam", "box-siam", train_box_siam, compared_with=("static", "random")),
-    Arm("random", "random", random_start),
-)
+# The table of experiments: each one's arms, in the order of its tables, each with its
+# training, its tracker (SiamFC's scale search unless given), the arms whose models it
+# uses (same seed) and the arms it is compared with ("static": the first box in every
+# frame, tracked once per set). A new tracker is one more line here.
+EXPERIMENTS = {
+    "box-siam": Experiment(lambda cfg: [
+        Arm("random", "random", random_start, uses=("box-siam",)),
+        Arm("box-siam", "box-siam", train_box_siam, compared_with=("static", "random"))]),
+}
 
 
 def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
     data = data if data is not None else stages.open_data(cfg, ctx)
     eval_sets = {s: (data.identity[s], seqs) for s, seqs in data.eval_sets.items()}
-    res = run_arms(TrackingRun(cfg, ctx, data), ctx, ARMS, cfg.seeds, eval_sets)
-    training = {}
+    arms = EXPERIMENTS[cfg.experiment].arms(cfg)
+    res = run_arms(TrackingRun(cfg, ctx, data), ctx, arms, cfg.seeds, eval_sets)
+    training = {}  # training stage -> its figures
     for seed in cfg.seeds:
-        t = res.trained[seed]["box-siam"]
-        training[t.stage] = {"identity_hash": ctx.stage_dir(t.stage, t.identity["trained"]).name,
-                             **t.figures.asdict()}
+        for t in res.trained[seed].values():
+            if t.stage is not None:
+                training[t.stage] = {"identity_hash": ctx.stage_dir(
+                    t.stage, t.identity["trained"]).name, **t.figures.asdict()}
     results: dict[str, dict[str, list[dict]]] = {}  # set -> tracker -> one row per seed
     for set_name, rows in res.rows.items():
-        results[set_name] = {"static": [{"seed": None, **res.static[set_name]}],
-                             **{t: rows[t] for t in TRACKERS if t in rows}}
-    strip_boxes = {t: {r["name"]: r["boxes"]
-                       for r in res.records["generated-test"][t][cfg.seeds[0]][
-                           :cfg.strip_sequences]}
-                   for t in ("random", "box-siam")}
+        results[set_name] = {"static": [{"seed": None, **res.static[set_name]}], **rows}
+    trackers = list(results["generated-test"])
+    strip_boxes = {a.label: {r["name"]: r["boxes"]
+                             for r in res.records["generated-test"][a.label][cfg.seeds[0]][
+                                 :cfg.strip_sequences]}
+                   for a in arms}
     summary = {s: {t: {k: dict(zip(("mean", "sd"), mean_sd([x.get(k) for x in r])))
                        for k in ("auc", "precision", "norm_precision", "ao", "sr50",
                                  "sr75", "fps")}
                    for t, r in rows.items()} for s, rows in results.items()}
     for s, rows in results.items():
-        auc = {t: [r["sequence_auc"] for r in rows[t]] for t in TRACKERS}
-        for a, b in pairs_of(ARMS):
+        auc = {t: [r["sequence_auc"] for r in rows[t]] for t in trackers}
+        for a, b in pairs_of(arms):
             summary[s][f"{a} vs {b}"] = sequence_difference(auc[a], auc[b])
     test = data.eval_sets["generated-test"]
     strips = test[:cfg.strip_sequences]
     title = (f"Box-Siam (SiamFC, AlexNet width {cfg.width}) trained {cfg.steps} steps on "
              f"{len(data.train)} generated sequences; seeds {list(cfg.seeds)}")
-    markdown = report.report_markdown(summary, title=title, seeds=cfg.seeds,
+    markdown = report.report_markdown(summary, pairs_of(arms), title=title, seeds=cfg.seeds,
                                       reference=dict(cfg.reference),
                                       reference_note=cfg.reference_note)
     figures = {}
     for s in results:
-        curves = {t: results[s][t] for t in TRACKERS}
+        curves = {t: results[s][t] for t in trackers}
         figures[f"{s}_success.png"] = functools.partial(report.success_figure, curves, s)
         figures[f"{s}_precision.png"] = functools.partial(report.precision_figure, curves, s)
         markdown += f"\n![success plot, {s}]({s}_success.png) " \
@@ -235,7 +239,7 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
         figures["strips.png"] = functools.partial(report.strip_figure, strips, strip_boxes,
                                                   cfg.strip_frames)
         markdown += "\n![frames with the true (green) and tracked boxes](strips.png)\n"
-    payload = {"experiment": "box-siam", "train_sequences": len(data.train),
+    payload = {"experiment": cfg.experiment, "train_sequences": len(data.train),
                "eval_sets": {s: len(v) for s, v in data.eval_sets.items()},
                "training": training, "tables": results, "summary": summary,
                "reference": dict(cfg.reference)}

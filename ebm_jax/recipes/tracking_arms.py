@@ -6,11 +6,11 @@ training function, its tracker and the labels of the arms it is compared with. A
 experiment is a table of arms (`arms_of` in each recipe) plus the paper's figures; the
 pairs of the table are `pairs_of(arms)`.
 
-    train(env, seed, earlier) -> Trained   `env`: what the recipe opened once (config,
-                                           run context, data, caches); `earlier`: the
-                                           arms of the same seed trained before this one
-                                           ({label: Trained}), so that an arm can build
-                                           on another arm's trained model
+    train(env, seed, used) -> Trained      `env`: what the recipe opened once (config,
+                                           run context, data, caches); `used`: the
+                                           models of the same seed of the arms named in
+                                           `uses` ({label: Trained}), trained first, so
+                                           that an arm can build on another arm's model
     tracker.build(model, settings) -> run  `run(seq) -> (boxes, seconds)`
 
 Evaluation stages are `<workdir>/eval-<method>-s<seed>-<hash>/<set>/`, keyed by the
@@ -26,8 +26,8 @@ from typing import Any
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.tracking_stages import Trained
 
-__all__ = ["Arm", "ArmResults", "Tracker", "Trained", "pairs_of", "run_arms",
-           "siamfc_tracker"]
+__all__ = ["Arm", "ArmResults", "Experiment", "Tracker", "Trained", "pairs_of", "run_arms",
+           "siamfc_tracker", "training_order"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +51,15 @@ def siamfc_tracker() -> Tracker:
 @dataclasses.dataclass(frozen=True)
 class Arm:
     """A row of an experiment's table. `method` names its evaluation stages
-    (`eval-<method>-s<seed>`); `compared_with` the labels it is compared with (a - b);
-    `x` its swept value, for plots; `about` (field, value) pairs that describe it in
-    the results."""
+    (`eval-<method>-s<seed>`); `uses` the arms whose models (same seed) its training
+    gets; `compared_with` the labels it is compared with (a - b); `x` its swept value,
+    for plots; `about` (field, value) pairs that describe it in the results."""
 
     label: str
     method: str
     train: Callable[[Any, int, Mapping[str, Trained]], Trained]
     tracker: Tracker = dataclasses.field(default_factory=siamfc_tracker)
+    uses: tuple[str, ...] = ()
     compared_with: tuple[str, ...] = ()
     x: float | None = None
     about: tuple = ()
@@ -80,6 +81,39 @@ def pairs_of(arms: Sequence[Arm]) -> list[tuple[str, str]]:
     return [(a.label, b) for a in arms for b in a.compared_with]
 
 
+def training_order(arms: Sequence[Arm]) -> list[Arm]:
+    """The arms with each after the arms it `uses` (otherwise in the table's order); a
+    ValueError names an unknown or circular use."""
+    by_label = {a.label: a for a in arms}
+    order, state = [], {}
+
+    def visit(arm: Arm, path: tuple[str, ...]):
+        if state.get(arm.label) == "done":
+            return
+        if arm.label in path:
+            raise ValueError(f"arms use each other in a circle: {' -> '.join(path)}")
+        for label in arm.uses:
+            if label not in by_label:
+                raise ValueError(f"arm {arm.label!r} uses {label!r}, which is not an arm "
+                                 f"of the table ({sorted(by_label)})")
+            visit(by_label[label], path + (arm.label,))
+        state[arm.label] = "done"
+        order.append(arm)
+
+    for arm in arms:
+        visit(arm, ())
+    return order
+
+
+@dataclasses.dataclass
+class Experiment:
+    """A row of a recipe's table of experiments: the arms (with their pairs) from the
+    config, and the paper's figures they are compared with."""
+
+    arms: Callable[[Any], list[Arm]]
+    paper: str = ""
+
+
 @dataclasses.dataclass
 class ArmResults:
     """rows[set][label]: one scores row per seed ({"seed", **scores}); records[set]
@@ -94,10 +128,10 @@ class ArmResults:
 
 def run_arms(env, ctx, arms: Sequence[Arm], seeds: Sequence[int],
              eval_sets: Mapping[str, tuple[Any, list]]) -> ArmResults:
-    """Trains every arm for every seed (in the table's order, so that an arm can use an
-    earlier arm's model of the same seed), tracks each `eval_sets` ({name: (identity,
-    sequences)}) with each arm's tracker, and the tracker that never moves once per
-    set; every stage resumes."""
+    """Trains every arm for every seed (each after the arms it uses), tracks each of
+    `eval_sets` ({name: (identity, sequences)}) with each arm's tracker, and with the
+    tracker that never moves once per set; every stage resumes. Rows are in the table's
+    order."""
     static = {}
     for set_name, (set_id, sequences) in eval_sets.items():
         recs = stages.evaluate(ctx, "static", {"set": set_id}, set_name, sequences,
@@ -108,8 +142,8 @@ def run_arms(env, ctx, arms: Sequence[Arm], seeds: Sequence[int],
     trained: dict[int, dict[str, Trained]] = {}
     for seed in seeds:
         done = trained[seed] = {}
-        for arm in arms:
-            done[arm.label] = t = arm.train(env, seed, dict(done))
+        for arm in training_order(arms):
+            done[arm.label] = t = arm.train(env, seed, {u: done[u] for u in arm.uses})
             run = arm.tracker.build(t.model, arm.tracker.settings)
             for set_name, (set_id, sequences) in eval_sets.items():
                 ident = {**t.identity, "set": set_id, "tracking": arm.tracker.identity()}

@@ -1,4 +1,5 @@
-"""Markdown tables and the formatting of figures with their error bars (the statistics\nthemselves: `ebm_jax.report.statistics`)."""
+"""Markdown tables and the formatting of figures with their error bars (the statistics
+themselves: `ebm_jax.report.statistics`)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,14 @@ from PIL import Image
 from ebm_jax.config import ConfigError, load_config
 from ebm_jax.data.sequences import read_got10k
 from ebm_jax.recipes import socl, socl_stages, tracking
-from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained, pairs_of, run_arms
+from ebm_jax.recipes.tracking_arms import (
+    Arm,
+    Tracker,
+    Trained,
+    pairs_of,
+    run_arms,
+    training_order,
+)
 from ebm_jax.train.stages import RunContext
 
 EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
@@ -62,15 +69,16 @@ def test_run_arms_passes_earlier_models_and_keys_evaluations_by_tracker(tmp_path
         seen.append(("on-top", seed, sorted(earlier)))
         return Trained(earlier["base"].model + 1.0, {"on": earlier["base"].identity})
 
-    arms = [Arm("base", "base", base, tracker=Tracker("shift", Shift(0.0), _shifting_run)),
-            Arm("on top", "on-top", on_top, tracker=Tracker("shift", Shift(2.0),
+    arms = [Arm("on top", "on-top", on_top, tracker=Tracker("shift", Shift(2.0),
                                                               _shifting_run),
-                compared_with=("base", "static"))]
+                uses=("base",), compared_with=("base", "static")),
+            Arm("base", "base", base, tracker=Tracker("shift", Shift(0.0), _shifting_run))]
     ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lambda _: None)
     res = run_arms(None, ctx, arms, (0, 1), {"test": ({"set": 1}, seqs)})
     assert seen == [("base", 0, []), ("on-top", 0, ["base"]), ("base", 1, []),
                     ("on-top", 1, ["base"])]
     assert [r["seed"] for r in res.rows["test"]["on top"]] == [0, 1]
+    assert list(res.rows["test"]) == ["on top", "base"]  # the table's order
     boxes = np.asarray(res.records["test"]["on top"][0][0]["boxes"])
     np.testing.assert_array_equal(boxes[:, 0], seqs[0].boxes[0][0] + 3.0 * np.arange(3))
     assert res.static["test"]["num_sequences"] == 2
@@ -81,10 +89,16 @@ def test_run_arms_passes_earlier_models_and_keys_evaluations_by_tracker(tmp_path
                      "eval-static"]
 
 
-def test_pairs_name_arms_of_the_table():
+def test_pairs_and_uses_name_arms_of_the_table():
     arm = Arm("a", "a", lambda *a: None, compared_with=("nope",))
     with pytest.raises(ValueError, match="'nope'"):
         pairs_of([arm])
+    with pytest.raises(ValueError, match="uses 'nope'"):
+        training_order([Arm("a", "a", lambda *a: None, uses=("nope",))])
+    circle = [Arm("a", "a", lambda *a: None, uses=("b",)),
+              Arm("b", "b", lambda *a: None, uses=("a",))]
+    with pytest.raises(ValueError, match="circle"):
+        training_order(circle)
 
 
 def test_figure7_pairs_compare_each_value_with_the_configured_one():
@@ -154,3 +168,10 @@ def test_socl_settings_defaults_live_in_one_place():
     base = SoCLSettings()
     assert (cfg.tau, cfg.theta_b, cfg.b_p) == (base.tau, base.theta_b, base.b_p)
     assert socl_stages.socl_settings(cfg) == base
+
+
+def test_an_unknown_experiment_names_the_field():
+    with pytest.raises(ConfigError, match="--config.experiment"):
+        load_config(f"{EXPERIMENTS / 'siamfc_box.py'}:tiny", ["--config.experiment=nope"])
+    assert [a.label for a in tracking.EXPERIMENTS["box-siam"].arms(tracking.Config())] == [
+        "random", "box-siam"]
