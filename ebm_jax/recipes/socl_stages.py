@@ -3,8 +3,10 @@
 
     <workdir>/top-<points>-<hash>/<sequence>.npz   TOP proposals of the annotated frames
                                                   (kept boxes and scores), one file per
-                                                  sequence, written whole; a stopped
-                                                  computation resumes at the next one
+                                                  sequence, written whole (an
+                                                  `ItemCache`: a stopped computation
+                                                  resumes at the next one, --restart
+                                                  computes them again)
     <workdir>/socl-s<seed>-<hash>                  SoCL-Siam (loss 10) on point annotations
     <workdir>/bce-siam-s<seed>-<hash>              SiamFC's BCE on pseudo boxes from TOP maps
     <workdir>/box-siam-s<seed>-<hash>              Box-Siam (on a budget's subset when given)

@@ -4,8 +4,9 @@ stage of each Siamese tracker, and the per-sequence evaluation cache.
     <workdir>/data/<split>-<hash>             the generated benchmark (its spec + seed)
     <workdir>/box-siam-s<seed>-<hash>         SiamFC trained on boxes (checkpoints, metrics)
     <workdir>/eval-<tracker>-<hash>/<set>/    one JSON per sequence (boxes, seconds per
-                                              frame): a stopped evaluation resumes at the
-                                              first sequence without one
+                                              frame) in an `ItemCache`: a stopped
+                                              evaluation resumes at the first sequence
+                                              without one
 """
 
 from __future__ import annotations
