@@ -150,8 +150,7 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
             raise ValueError(f"--config.videos={cfg.videos} videos per batch, but only "
                              f"{sum(len(a) > 1 for a in annotated)} training sequences have "
                              f"two annotated frames ({kind} points)")
-    plan = _budget_plan(cfg, ctx, data) if cfg.experiment == "table2" else None
-    return Opened(data, plan)
+    return Opened(data, _budget_plan(cfg, ctx, data) if _budgeted(arms_of(cfg)) else None)
 
 
 def _with_points(cfg: Config, ctx, data):
@@ -193,8 +192,8 @@ def _budget_plan(cfg: Config, ctx, data) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Opened:
-    """What `check` opened, for `run`: the data and the table2 budget plan
-    ({(method, hours): (sequence indices, annotated frames)}; None for the others)."""
+    """What `check` opened, for `run`: the data and the budget plan ({(method, hours):
+    (sequence indices, annotated frames)}; None when no arm has a budget)."""
 
     data: tstages.TrackingData
     plan: dict | None
@@ -216,6 +215,11 @@ def _point_kinds(arms) -> list[str]:
     """The kinds of points the arms train on, in the table's order."""
     return list(dict.fromkeys(dict(a.about)["points"] for a in arms
                               if a.method in ("socl", "bce-siam")))
+
+
+def _budgeted(arms) -> bool:
+    """Whether an arm trains on an annotation budget's sequences (the budget plan)."""
+    return any(dict(a.about)["budget_hours"] is not None for a in arms)
 
 
 def _subset(sequences, idx, annotated=None):
@@ -378,9 +382,9 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     opened = opened if opened is not None else Opened(
         _with_points(cfg, ctx, tstages.open_data(cfg, ctx)), None)
     data, plan = opened.data, opened.plan
-    if plan is None and cfg.experiment == "table2":
-        plan = _budget_plan(cfg, ctx, data)
     arms = arms_of(cfg)
+    if plan is None and _budgeted(arms):
+        plan = _budget_plan(cfg, ctx, data)
     tops = {kind: stages.top_cache(ctx, data.train, data.identity["train"], kind,
                                    cfg.annotate_every) for kind in _point_kinds(arms)}
     env = SoCLRun(cfg, ctx, data, plan, tops)
