@@ -25,8 +25,8 @@ REFERENCE = (("OTB-13 AUC", "small theta_b or theta_p hurt; 0.8 and 0.6 chosen")
 def get_config(variant: str) -> Config:
     return preset(
         variant, experiment="figure7",
-        # three points per sweep on 2 CPU cores; the middle ones are the paper's values, whose
-        # stage is the SoCL-Siam of the other experiments (trained once)
+        # three points per sweep on 2 CPU cores; the middle ones are the paper's values,
+        # whose stage is the SoCL-Siam of the other experiments (trained once)
         quick=dict(theta_b_sweep=(0.5, 0.8, 0.95), b_p_sweep=(0.2, 0.6, 0.9),
                    reference=REFERENCE),
         paper=dict(reference=REFERENCE))
