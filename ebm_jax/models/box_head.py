@@ -190,4 +190,33 @@ class BoxEnergyHead(nnx.Module):
                           self.test_features(test_levels), boxes)
 
 
-__all__ = ["BoxEnergyHead"]
+
+class BoxHeadNet(nnx.Module):
+    """A tracking backbone and its box head, trained together as one module: `levels(x)`
+    is the backbone's `features(x, levels)` (the head's input levels), held constant in
+    the gradient (`stop_gradient`) when `frozen`. The backbone runs in eval mode (its
+    batch-norm statistics are not updated), frozen or not; with `frozen`, give the
+    optimiser the head's parameters only (`trainable_filter`). The backbone is copied."""
+
+    def __init__(self, backbone: nnx.Module, head: BoxEnergyHead, *,
+                 levels: Sequence[int] = (2, 4), frozen: bool = True):
+        self.levels_used = tuple(int(lv) for lv in levels)
+        head.check_geometry(backbone.level_geometry(self.levels_used),
+                            backbone.level_channels(self.levels_used))
+        self.backbone = nnx.clone(backbone)  # the caller's backbone keeps its mode
+        self.backbone.eval()
+        self.head = head
+        self.frozen = bool(frozen)
+
+    def levels(self, images: jax.Array) -> tuple:
+        out = self.backbone.features(images, self.levels_used)
+        return tuple(jax.lax.stop_gradient(o) for o in out) if self.frozen else out
+
+    @property
+    def trainable_filter(self):
+        """The NNX filter of what the optimiser updates: the head's parameters when
+        frozen, every parameter otherwise."""
+        return nnx.All(nnx.Param, nnx.PathContains("head")) if self.frozen else nnx.Param
+
+
+__all__ = ["BoxEnergyHead", "BoxHeadNet"]
