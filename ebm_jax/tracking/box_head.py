@@ -198,7 +198,7 @@ def box_head_crops(key, batch: dict, settings: BoxHeadSettings,
     z_center, z_size = jnp.stack([zcy, zcx], -1), jnp.stack([zh, zw], -1)
     z_side = side_of(zh, zw)
     ref = batched_crop(jnp.asarray(batch["z_frames"]), z_center, z_side, size)
-    ref_boxes = crop_box(z_center, z_size, z_center, z_side[:, None], size)
+    ref_boxes = crop_box(z_center, z_size, z_center, z_side, size)
 
     xcy, xcx, xh, xw = box_to_center(x_boxes)
     x_center, x_size = jnp.stack([xcy, xcx], -1), jnp.stack([xh, xw], -1)
@@ -211,7 +211,7 @@ def box_head_crops(key, batch: dict, settings: BoxHeadSettings,
     crop_center = x_center + shift * jnp.sqrt(xh * xw)[:, None]
     x_side = side_of(xh, xw) * jnp.exp(log_scale)
     test = batched_crop(jnp.asarray(batch["x_frames"]), crop_center, x_side, size)
-    test_boxes = crop_box(x_center, x_size, crop_center, x_side[:, None], size)
+    test_boxes = crop_box(x_center, x_size, crop_center, x_side, size)
     return ref, ref_boxes, test, test_boxes
 
 
