@@ -191,21 +191,29 @@ class BoxEnergyHead(nnx.Module):
 
 
 
+def _copy(module: nnx.Module) -> nnx.Module:
+    """A copy of `module` that shares no array with it."""
+    graphdef, state = nnx.split(module)
+    return nnx.merge(graphdef, jax.tree.map(lambda x: jnp.array(x, copy=True), state))
+
+
 class BoxHeadNet(nnx.Module):
     """A tracking backbone and its box head, trained together as one module: `levels(x)`
     is the backbone's `features(x, levels)` (the head's input levels), held constant in
     the gradient (`stop_gradient`) when `frozen`. The backbone runs in eval mode (its
     batch-norm statistics are not updated), frozen or not; with `frozen`, give the
-    optimiser the head's parameters only (`trainable_filter`). The backbone is copied."""
+    optimiser the head's parameters only (`trainable_filter`). The backbone and the head
+    are copied, arrays included: a train step that donates the net's state leaves the
+    caller's modules (and their mode) as they were."""
 
     def __init__(self, backbone: nnx.Module, head: BoxEnergyHead, *,
                  levels: Sequence[int] = (2, 4), frozen: bool = True):
         self.levels_used = tuple(int(lv) for lv in levels)
         head.check_geometry(backbone.level_geometry(self.levels_used),
                             backbone.level_channels(self.levels_used))
-        self.backbone = nnx.clone(backbone)  # the caller's backbone keeps its mode
+        self.backbone = _copy(backbone)
         self.backbone.eval()
-        self.head = head
+        self.head = _copy(head)
         self.frozen = bool(frozen)
 
     def levels(self, images: jax.Array) -> tuple:
