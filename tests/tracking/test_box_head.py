@@ -158,6 +158,7 @@ def test_the_loss_trains_the_head_on_a_pair(parts):
 # ------------------------------------------------------------------------ tracker
 
 
+@pytest.mark.slow
 def test_refinement_raises_the_energy_of_the_box(parts, trackers):
     """With the best candidate kept (top_k = 1) and steps that lower f undone, the
     refined box's energy is at least the coarse box's, and here above it (a head whose
@@ -201,6 +202,7 @@ def test_target_leaving_the_frame_keeps_finite_boxes_on_the_frame(trackers):
     height, width = SHAPE
     assert np.all((cx >= 0) & (cx <= width - 1) & (cy >= 0) & (cy <= height - 1))
     assert np.all((w >= 4.0) & (w <= width) & (h >= 4.0) & (h <= height))
+    assert tracker.update._cache_size() == 1  # one trace for this frame shape
     # a frame wholly without the target: still a finite box on the frame
     state = tracker.init(params, frames[0], boxes_gt[0])
     for _ in range(3):
@@ -208,6 +210,7 @@ def test_target_leaving_the_frame_keeps_finite_boxes_on_the_frame(trackers):
     assert np.all(np.isfinite(np.asarray(box)))
 
 
+@pytest.mark.slow
 def test_one_trace_per_frame_shape_and_the_coarse_switch(parts, trackers):
     backbone, head = parts
     jitted, coarse, _ = trackers
