@@ -197,6 +197,19 @@ def ascend_boxes(energy: BoxEnergy, inputs, boxes, conditions=None, *, num_steps
     if reference.shape != boxes.shape:
         raise ValueError(f"reference must have the shape of boxes {boxes.shape}, got "
                          f"{reference.shape}")
+    rel, f, scale = ascend_relative(
+        energy, inputs, reference, encode_relative(boxes, reference), conditions,
+        num_steps=num_steps, step_length=step_length,
+        reject_decreasing=reject_decreasing, decay=decay)
+    return decode_relative(rel, reference), f, scale
+
+
+def ascend_relative(energy: BoxEnergy, inputs, reference, y_init, conditions=None, *,
+                    num_steps: int, step_length, reject_decreasing: bool = False,
+                    decay: float = 0.5):
+    """The core of `ascend_boxes` in the relative space: y_init (N, 4) relative to
+    `reference` (N, 4) xyxy; returns (y (N, 4), f (N,), step scales (N,)). For callers
+    that encode and decode outside their jitted refinement."""
     if conditions is None:
         def energy_xy(ref, y):
             return energy(inputs, decode_relative(y, ref)[None], None)[0]
@@ -214,8 +227,7 @@ def ascend_boxes(energy: BoxEnergy, inputs, boxes, conditions=None, *, num_steps
                                step_length=step_length,
                                reject_decreasing=reject_decreasing, decay=decay)
 
-    rel, f, scale = jax.vmap(one)(xs, encode_relative(boxes, reference))
-    return decode_relative(rel, reference), f, scale
+    return jax.vmap(one)(xs, jnp.asarray(y_init))
 
 
 def check_detection_batch(boxes, classes, valid, num_classes: int) -> None:
@@ -230,6 +242,6 @@ def check_detection_batch(boxes, classes, valid, num_classes: int) -> None:
                          f"[{c[v].min()}, {c[v].max()}]")
 
 
-__all__ = ["BOX_LOSSES", "ascend_boxes", "check_detection_batch", "example_loss",
+__all__ = ["BOX_LOSSES", "ascend_boxes", "ascend_relative", "check_detection_batch", "example_loss",
            "image_loss", "make_box_loss", "make_detection_loss", "make_tracking_box_loss",
            "method_loss", "parse_method"]
