@@ -64,11 +64,14 @@ class BoxHeadSettings:
     space (PrDiMP's box_jitter_pos 0.1 and box_jitter_sz 0.5, there relative to
     sqrt(w h)), `refine_steps` steps y <- y + step_lengths * grad_y f, (l_c, l_c, l_s,
     l_s) in the relative space of the estimate (cx / w0, cy / h0, log w, log h), the
-    same space as PrDiMP's; its 2.5e-3 there is one Newton step on an energy of the
-    label density's curvature 1 / 0.05^2, which is the scale our losses train f to
-    near the target. With `reject_decreasing`, a step that lowers f is undone and that
-    box's steps halve (the detection refinement's rule). Final box: the mean (in the
-    relative space) of the `top_k` candidates of highest f; its size is kept in
+    space of PrDiMP's 2.5e-3 (the default). There 2.5e-3 is one Newton step on an
+    energy of curvature 1 / 0.05^2, the KLD-IS label density's, which is what KLD-IS
+    trains f towards; NCE and NCE+ learn a sharper f near the target (the annotation's
+    own spread), on which that step can overshoot, so by default a step that lowers f
+    is undone and that box's steps halve (`reject_decreasing`, the detection
+    refinement's rule; PrDiMP takes every step). The step lengths belong to a
+    validation split. Final box: the mean (in the relative space) of the `top_k`
+    candidates of highest f; its size is kept in
     [min_size px, the frame's size] and its centre inside the frame.
     """
 
@@ -93,7 +96,7 @@ class BoxHeadSettings:
     jitter_center: float = 0.1
     jitter_size: float = 0.5
     top_k: int = 3
-    reject_decreasing: bool = False
+    reject_decreasing: bool = True
     min_size: float = 4.0
 
     def __post_init__(self):

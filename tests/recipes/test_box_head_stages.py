@@ -134,3 +134,49 @@ def test_identity_holds_the_backbone_and_every_setting(tmp_path, split, backbone
             assert stage(dataclasses.replace(SETTINGS, **{field: value})) != base, field
         with pytest.raises(TypeError, match="settings must be a BoxHeadSettings"):
             stage(settings={"method": "nce"})
+
+
+@pytest.mark.slow
+def test_a_trained_head_refines_jittered_boxes_towards_the_target(tmp_path, backbone):
+    """200 steps of NCE+ (M = 32) on 8 generated sequences, a random backbone: on pairs
+    of another draw, boxes jittered off the target (10% of its size per coordinate)
+    gain energy under the tracker's refinement and move towards the target (mean IoU
+    0.75 -> 0.84 when written; asserted: a gain of 0.02)."""
+    from ebm_jax.data.tracking_pairs import pair_batches
+    from ebm_jax.energy.boxes import ascend_boxes
+    from ebm_jax.ops.boxes import box_iou
+    from ebm_jax.tracking.box_head import box_head_crops
+
+    dest = tmp_path / "train"
+    generate_tracking_split(dest, TrackingSpec(split="train", num_sequences=8,
+                                               num_frames=20, height=96, width=128),
+                            progress=False)
+    seqs = read_got10k(dest)
+    settings = BoxHeadSettings(method="nce+", num_samples=32, steps=200, batch_size=4,
+                               lr=2e-3, width=16, hidden=32)
+    with RunContext(tmp_path / "w", seed=0, progress=False, log=lambda _: None) as ctx:
+        net = train_box_head(ctx, seqs, data_identity={"split": "sanity"},
+                             backbone=backbone, backbone_identity={"random": 0},
+                             settings=settings).net
+    batch = pair_batches(seqs, batch_size=16, max_gap=100, seed=123)(0)
+    ref, ref_boxes, test, test_boxes = box_head_crops(jax.random.key(5), batch, settings)
+    ref_levels, test_levels = net.levels(ref), net.levels(test)
+    rng = np.random.default_rng(0)
+    before, after, gain = [], [], []
+    for i in range(16):
+        m = net.head.modulation([lv[i] for lv in ref_levels], ref_boxes[i])
+        t = net.head.test_features([lv[i] for lv in test_levels])
+        target = np.asarray(test_boxes[i])
+        w, h = target[2] - target[0], target[3] - target[1]
+        start = (target + rng.normal(0, 0.1, 4) * np.array([w, h, w, h]))[None]
+        start = start.astype(np.float32)
+        f0 = net.head.score(m, t, start)
+        out, f, _ = ascend_boxes(lambda x, b, c: net.head.score(x[0], x[1], b), (m, t),
+                                 start, num_steps=settings.refine_steps,
+                                 step_length=settings.step_lengths,
+                                 reject_decreasing=settings.reject_decreasing)
+        before.append(float(box_iou(start, target[None])[0, 0]))
+        after.append(float(box_iou(out, target[None])[0, 0]))
+        gain.append(float(f[0] - f0[0]))
+    assert min(gain) >= 0.0 and np.mean(gain) > 0.0
+    assert np.mean(after) > np.mean(before) + 0.02
