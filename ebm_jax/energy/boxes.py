@@ -242,6 +242,6 @@ def check_detection_batch(boxes, classes, valid, num_classes: int) -> None:
                          f"[{c[v].min()}, {c[v].max()}]")
 
 
-__all__ = ["BOX_LOSSES", "ascend_boxes", "ascend_relative", "check_detection_batch", "example_loss",
-           "image_loss", "make_box_loss", "make_detection_loss", "make_tracking_box_loss",
-           "method_loss", "parse_method"]
+__all__ = ["BOX_LOSSES", "ascend_boxes", "ascend_relative", "check_detection_batch",
+           "example_loss", "image_loss", "make_box_loss", "make_detection_loss",
+           "make_tracking_box_loss", "method_loss", "parse_method"]

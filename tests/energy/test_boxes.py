@@ -125,7 +125,7 @@ def test_the_box_losses_import_no_training_code():
 
 # ------------------------------------------------------------------ tracking box loss
 
-from ebm_jax.energy import gaussian_mixture, isotropic_gaussian  # noqa: E402
+from ebm_jax.energy import gaussian_mixture  # noqa: E402
 from ebm_jax.energy.boxes import (  # noqa: E402
     ascend_boxes,
     make_box_loss,
