@@ -77,7 +77,7 @@ class BoxHeadSettings:
 
     method: str = "nce+"
     num_samples: int = 128
-    sigmas: tuple = (0.05, 0.5)
+    sigmas: tuple[float, ...] = (0.05, 0.5)
     label_sigma: float = 0.05
     beta: float = 0.1
     steps: int = 1000
@@ -92,7 +92,7 @@ class BoxHeadSettings:
     ref_pool_size: int = 3
     num_candidates: int = 10
     refine_steps: int = 10
-    step_lengths: tuple = (2.5e-3, 2.5e-3, 2.5e-3, 2.5e-3)
+    step_lengths: tuple[float, ...] = (2.5e-3, 2.5e-3, 2.5e-3, 2.5e-3)
     jitter_center: float = 0.1
     jitter_size: float = 0.5
     top_k: int = 3
@@ -114,12 +114,12 @@ class BoxHeadSettings:
         if self.top_k > self.num_candidates:
             raise ValueError(f"BoxHeadSettings.top_k must be in [1, num_candidates = "
                              f"{self.num_candidates}], got {self.top_k}")
-        sigmas = tuple(float(s) for s in np.atleast_1d(self.sigmas))
+        sigmas = _floats(self.sigmas)
         if not sigmas or not all(math.isfinite(s) and s > 0 for s in sigmas):
             raise ValueError(f"BoxHeadSettings.sigmas must be one or more numbers > 0, got "
                              f"{self.sigmas!r}")
         object.__setattr__(self, "sigmas", sigmas)
-        lengths = tuple(float(s) for s in np.atleast_1d(self.step_lengths))
+        lengths = _floats(self.step_lengths)
         if len(lengths) not in (1, 4) or not all(math.isfinite(s) and s > 0
                                                  for s in lengths):
             raise ValueError(f"BoxHeadSettings.step_lengths must be 1 or 4 numbers > 0 "
@@ -130,8 +130,9 @@ class BoxHeadSettings:
                                ("scale_jitter", False), ("jitter_center", False),
                                ("jitter_size", False)):
             v = getattr(self, name)
-            ok = isinstance(v, (int, float, np.floating)) and math.isfinite(v) and (
-                v > 0 if open_low else v >= 0)
+            ok = (isinstance(v, (int, float, np.floating)) and not isinstance(v, bool)
+                  and math.isfinite(v) and (
+                      v > 0 if open_low else v >= 0))
             if not ok:
                 raise ValueError(f"BoxHeadSettings.{name} must be a number "
                                  f"{'> 0' if open_low else '>= 0'}, got {v!r}")
@@ -148,6 +149,15 @@ class BoxHeadSettings:
         if self.method == "nce+":
             hp["beta"] = self.beta
         return hp
+
+
+def _floats(values) -> tuple:
+    """`values` (one number or several) as a tuple of floats; () where they are not
+    numbers (which the caller's check then names)."""
+    try:
+        return tuple(float(v) for v in np.atleast_1d(np.asarray(values, np.float64)))
+    except (TypeError, ValueError):
+        return ()
 
 
 # ---------------------------------------------------------------- training

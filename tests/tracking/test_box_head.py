@@ -62,6 +62,8 @@ def _frame(box, shape=SHAPE):
     ({"sigmas": (0.05, 0.0)}, r"sigmas must be one or more numbers > 0"),
     ({"sigmas": (-0.5,)}, r"sigmas must be one or more numbers > 0"),
     ({"beta": 0.0}, r"beta must be a number > 0"),
+    ({"beta": True}, r"beta must be a number > 0"),
+    ({"sigmas": ("wide",)}, r"sigmas must be one or more numbers > 0"),
     ({"label_sigma": -1.0}, r"label_sigma must be a number > 0"),
     ({"step_lengths": (2.5e-3, 0.0, 1e-3, 1e-3)}, r"step_lengths must be 1 or 4 numbers > 0"),
     ({"step_lengths": (1e-3, 1e-3)}, r"step_lengths must be 1 or 4 numbers > 0"),
