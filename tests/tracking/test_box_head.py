@@ -160,7 +160,6 @@ def test_the_loss_trains_the_head_on_a_pair(parts):
 # ------------------------------------------------------------------------ tracker
 
 
-@pytest.mark.slow
 def test_refinement_raises_the_energy_of_the_box(parts, trackers):
     """With the best candidate kept (top_k = 1) and steps that lower f undone, the
     refined box's energy is at least the coarse box's, and here above it (a head whose
@@ -212,7 +211,6 @@ def test_target_leaving_the_frame_keeps_finite_boxes_on_the_frame(trackers):
     assert np.all(np.isfinite(np.asarray(box)))
 
 
-@pytest.mark.slow
 def test_one_trace_per_frame_shape_and_the_coarse_switch(parts, trackers):
     backbone, head = parts
     jitted, coarse, _ = trackers
