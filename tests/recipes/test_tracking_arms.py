@@ -4,15 +4,12 @@ evaluation, pairs come from the table; the per-item cache honours --restart; con
 files start from the recipes' presets and name the variants on a bad one."""
 
 import dataclasses
-import io
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from ebm_jax.config import ConfigError, load_config
-from ebm_jax.data.sequences import read_got10k
 from ebm_jax.recipes import socl, socl_stages, tracking
 from ebm_jax.recipes.tracking_arms import (
     Arm,
@@ -23,24 +20,9 @@ from ebm_jax.recipes.tracking_arms import (
     training_order,
 )
 from ebm_jax.train.stages import RunContext
+from tests.recipes.small_sequences import small_sequences
 
 EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
-
-
-def _sequences(root, n=3, names=("a", "b")):
-    for name in names:
-        folder = root / name
-        folder.mkdir(parents=True)
-        for i in range(n):
-            buf = io.BytesIO()
-            Image.new("RGB", (32, 24), (40 * i, 90, 200)).save(buf, "JPEG")
-            (folder / f"{i + 1:08d}.jpg").write_bytes(buf.getvalue())
-        boxes = np.array([[2 + i, 3, 10, 8] for i in range(n)], float)
-        (folder / "groundtruth.txt").write_text(
-            "".join(",".join(f"{v:g}" for v in b) + "\n" for b in boxes))
-        centres = boxes[:, :2] + (boxes[:, 2:] - 1) / 2
-        (folder / "points.txt").write_text("".join(f"{x},{y}\n" for x, y in centres))
-    return read_got10k(root)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +40,7 @@ def _shifting_run(model, settings):
 
 
 def test_run_arms_passes_earlier_models_and_keys_evaluations_by_tracker(tmp_path):
-    seqs = _sequences(tmp_path / "data")
+    seqs = small_sequences(tmp_path / "data")
     seen = []
 
     def base(env, seed, earlier):
@@ -120,7 +102,7 @@ def test_the_top_cache_is_computed_again_on_restart(tmp_path, monkeypatch):
         return np.tile([[1.0, 1.0, 5.0, 5.0]], (2, 1)), np.array([0.9, 0.5])
 
     monkeypatch.setattr(top_maps, "top_boxes", fake_top_boxes)
-    seqs = _sequences(tmp_path / "data")
+    seqs = small_sequences(tmp_path / "data")
     ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lambda _: None)
     socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1)
     socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1)
