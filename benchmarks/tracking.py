@@ -54,6 +54,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ebm_jax.data.tracking_pairs import pick_pair
 from ebm_jax.eval.tracking import box_iou
 from ebm_jax.io import write_report
 from ebm_jax.models.alexnet import LAYERS, SiamFCAlexNet, alexnet_flops
@@ -195,9 +196,9 @@ def training_pairs(frames: np.ndarray, boxes: np.ndarray, batch_size: int, seed:
                    max_gap: int = 100) -> dict[str, np.ndarray]:
     """`batch_size` pairs of frames less than `max_gap` apart (SiamFC, Bertinetto et al.
     2016, sec. 2.2): the batch of `make_siamfc_loss` (whole frames, xywh boxes)."""
-    rng = np.random.default_rng(seed)
-    z = rng.integers(0, len(frames), batch_size)
-    x = np.clip(z + rng.integers(1 - max_gap, max_gap, batch_size), 0, len(frames) - 1)
+    rng = np.random.default_rng(seed)  # the training pair sampler's rule (pick_pair)
+    z, x = np.asarray([pick_pair(rng, np.arange(len(frames)), max_gap)
+                       for _ in range(batch_size)]).T
     return {"z_frames": frames[z], "z_boxes": boxes[z].astype(np.float32),
             "x_frames": frames[x], "x_boxes": boxes[x].astype(np.float32)}
 

@@ -170,24 +170,38 @@ def parse_value(text: str, typ, field: str):
     return _parse_scalar(text, typ, field)
 
 
-def apply_overrides(cfg, overrides: typing.Sequence[str]):
+def apply_overrides(cfg, overrides: typing.Sequence[str], *, _prefix: str = ""):
     """`dataclasses.replace(cfg, ...)` from "field=value" strings (a leading
-    "--config." is accepted); the dataclass's `__post_init__` validates the result."""
+    "--config." is accepted); the dataclass's `__post_init__` validates the result. A
+    field that holds a dataclass takes dotted overrides of its own fields
+    ("box_head.steps=5")."""
     hints = typing.get_type_hints(type(cfg))
     names = [f.name for f in dataclasses.fields(cfg) if f.init]
-    changes = {}
+    changes, nested = {}, {}
     for item in overrides:
         text = item.removeprefix("--").removeprefix("config.")
         field, sep, value = text.partition("=")
         field = field.strip().replace("-", "_")
         if not sep:
             raise ConfigError(f"override {item!r} must be --config.FIELD=VALUE")
-        if field not in names:
-            close = [n for n in names if field in n or n in field]
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(f"--config.{field}: {type(cfg).__name__} has no field "
-                              f"{field!r}{hint}; fields: {', '.join(names)}")
-        changes[field] = parse_value(value, hints[field], field)
+        head, dot, rest = field.partition(".")
+        if head not in names:
+            close = [n for n in names if head in n or n in head]
+            hint = f" (did you mean {_prefix}{close[0]}?)" if close else ""
+            raise ConfigError(f"--config.{_prefix}{head}: {type(cfg).__name__} has no "
+                              f"field {head!r}{hint}; fields: {', '.join(names)}")
+        if dot:
+            inner = getattr(cfg, head)
+            if not (dataclasses.is_dataclass(inner) and not isinstance(inner, type)):
+                raise ConfigError(f"--config.{_prefix}{field}: {_prefix}{head} is not a "
+                                  "group of settings (only a field that holds a "
+                                  "dataclass takes dotted names)")
+            nested.setdefault(head, []).append(f"{rest}={value}")
+            continue
+        changes[field] = parse_value(value, hints[field], _prefix + field)
+    for head, items in nested.items():
+        changes[head] = apply_overrides(changes.get(head, getattr(cfg, head)), items,
+                                        _prefix=f"{_prefix}{head}.")
     if not changes:
         return cfg
     try:

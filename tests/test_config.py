@@ -166,3 +166,34 @@ def test_tuples_of_tuples_take_semicolon_groups():
     assert cfg.pairs == (("nce", 0.5),)
     with pytest.raises(ConfigError, match="needs 3 comma-separated values"):
         apply_overrides(Sets(), ["sigma_sets=0.1,0.2;0.3,0.4,0.5"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    steps: int = 10
+    sigmas: tuple[float, ...] = (0.05, 0.5)
+
+    def __post_init__(self):
+        if self.steps < 1:
+            raise ValueError(f"Inner.steps must be an integer >= 1, got {self.steps}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outer:
+    inner: Inner = Inner()
+    name: str = "a"
+
+
+def test_a_field_holding_settings_takes_dotted_overrides():
+    cfg = apply_overrides(Outer(), ["--config.inner.steps=3", "inner.sigmas=0.1,0.2",
+                                    "name=b"])
+    assert cfg == Outer(Inner(3, (0.1, 0.2)), "b")
+    with pytest.raises(ConfigError, match=r"--config.inner.step: Inner has no field "
+                                          r"'step' \(did you mean inner.steps\?\)"):
+        apply_overrides(Outer(), ["inner.step=3"])
+    with pytest.raises(ConfigError, match=r"--config.inner.steps must be an integer"):
+        apply_overrides(Outer(), ["inner.steps=x"])
+    with pytest.raises(ConfigError, match=r"Inner.steps must be an integer >= 1, got 0"):
+        apply_overrides(Outer(), ["inner.steps=0"])
+    with pytest.raises(ConfigError, match=r"--config.name.x: name is not a group"):
+        apply_overrides(Outer(), ["name.x=1"])

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ebm_jax.data.tracking_pairs import partnered, pick_pair
 from ebm_jax.ops.crops import crop_square_np
 from ebm_jax.ops.score_maps import grid_softmax, score_map
 
@@ -104,10 +105,7 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
     index = []
     for i in sorted(tops):
         frames = np.asarray(tops[i]["frames"])
-        gaps = np.diff(frames)
-        near = np.zeros(len(frames), bool)
-        near[:-1] |= gaps < max_gap
-        near[1:] |= gaps < max_gap
+        near = partnered(frames, max_gap)
         if near.sum() >= 2:
             index.append((i, np.flatnonzero(near)))
     if len(index) < videos:
@@ -138,9 +136,7 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
         for p in picks:
             s, rows = index[p]
             frames = np.asarray(tops[s]["frames"])
-            a = rows[rng.integers(len(rows))]
-            near = rows[(np.abs(frames[rows] - frames[a]) < max_gap) & (rows != a)]
-            b = near[rng.integers(len(near))]
+            a, b = (rows[i] for i in pick_pair(rng, frames[rows], max_gap))
             for tag, row in (("i", a), ("j", b)):
                 image, h = view(rng, s, int(row))
                 out[f"{tag}_images"].append(image)

@@ -60,6 +60,26 @@ def target_region(frame: np.ndarray, box, *, region_size: int, side_ratio: float
             np.asarray(center_to_box(mid, mid, h * scale, w * scale), np.float32))
 
 
+def partnered(frames: np.ndarray, max_gap: int) -> np.ndarray:
+    """The mask of `frames` (sorted, distinct frame numbers) that have another frame
+    less than `max_gap` away: the frames a training pair can start from."""
+    gaps = np.diff(frames)
+    near = np.zeros(len(frames), bool)
+    near[:-1] |= gaps < max_gap
+    near[1:] |= gaps < max_gap
+    return near
+
+
+def pick_pair(rng: np.random.Generator, frames: np.ndarray, max_gap: int) -> tuple[int, int]:
+    """Indices (a, b) into `frames` (distinct frame numbers, each `partnered`): a random
+    frame, then a random other frame less than `max_gap` from it. The one pair sampler
+    of the Siamese (`pair_batches`) and SoCL (`socl_pairs.context_batches`) batches."""
+    a = int(rng.integers(len(frames)))
+    near = np.flatnonzero((np.abs(frames - frames[a]) < max_gap)
+                          & (np.arange(len(frames)) != a))
+    return a, int(near[rng.integers(len(near))])
+
+
 def pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int, seed: int,
                  exemplar_size: int = 127, search_size: int = 255, context: float = 0.5,
                  margin: float = 1.25, min_size: float = 8.0, max_aspect: float = 4.0,
@@ -74,11 +94,7 @@ def pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int, seed: in
     for i, seq in enumerate(sequences):
         frames = usable_frames(seq, min_size=min_size, max_aspect=max_aspect,
                                min_visible=min_visible)
-        gaps = np.diff(frames)
-        near = np.zeros(len(frames), bool)  # frames with a partner less than max_gap away
-        near[:-1] |= gaps < max_gap
-        near[1:] |= gaps < max_gap
-        frames = frames[near]
+        frames = frames[partnered(frames, max_gap)]
         if len(frames) >= 2:
             index.append((i, frames))
     if not index:
@@ -104,10 +120,8 @@ def pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int, seed: in
         out = {"z_frames": [], "z_boxes": [], "x_frames": [], "x_boxes": []}
         for p in picks:
             s, frames = index[p]
-            a = rng.integers(len(frames))
-            near = frames[(np.abs(frames - frames[a]) < max_gap) & (frames != frames[a])]
-            b = near[rng.integers(len(near))]
-            z, x = (frames[a], b) if rng.random() < 0.5 else (b, frames[a])
+            a, b = (frames[i] for i in pick_pair(rng, frames, max_gap))
+            z, x = (a, b) if rng.random() < 0.5 else (b, a)
             for tag, t in (("z", z), ("x", x)):
                 img, box = region(s, int(t))
                 out[f"{tag}_frames"].append(img)

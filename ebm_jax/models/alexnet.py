@@ -5,6 +5,11 @@ settings of the widely used PyTorch port, `AlexNetV1`).
     net = SiamFCAlexNet(width=1.0, rngs=nnx.Rngs(0))
     fz = net(z)        # (N, 127, 127, 3) raw 0-255 pixels -> (N, 6, 6, 256)
     fx = net(x)        # (N, 255, 255, 3)                  -> (N, 22, 22, 256)
+    c3, c5 = net.features(x, BOX_HEAD_LEVELS)   # conv3 (N, 26, 26, 384) and conv5
+
+`features` returns the outputs of several convolutions in one pass (conv3 after its
+batch norm and ReLU, conv5 as `__call__` gives it), for the tracker's box head; both are
+stride 8, and `level_geometry` says where each output cell sits in the input.
 
 Layers (all convolutions unpadded, "VALID"):
 conv 11x11/2 96, BN, ReLU, max-pool 3/2; conv 5x5 256 (groups 2), BN, ReLU, max-pool
@@ -41,6 +46,9 @@ LAYERS = (
     (3, 1, 2, False, False),
 )
 TOTAL_STRIDE = 8
+LEVEL_NAMES = ("conv1", "conv2", "conv3", "conv4", "conv5")
+# the two levels of the box head (IoU-Net / ATOM's layer2 + layer3 in a ResNet)
+BOX_HEAD_LEVELS = (2, 4)
 BN_EPSILON = 1e-6
 BN_MOMENTUM = 0.95  # PyTorch momentum 0.05
 
@@ -63,6 +71,30 @@ def alexnet_output_size(size: int) -> int:
         if pool:
             s = (s - 3) // 2 + 1
     return s
+
+
+def level_geometry(level: int) -> tuple[int, float]:
+    """(stride, offset) of the output of convolution `level` (0 = conv1 .. 4 = conv5,
+    after its pooling if any): output cell i covers the receptive field centred at input
+    pixel offset + stride * i (0-indexed pixel centres; VALID convolutions and pools).
+    conv3: (8, 27.0), conv5: (8, 43.0), so on a 255 crop both maps are centred on pixel
+    127."""
+    level = _check_level(level)
+    stride, offset = 1, 0.0
+    for kernel, conv_stride, _, _, pool in LAYERS[:level + 1]:
+        offset += stride * (kernel - 1) / 2
+        stride *= conv_stride
+        if pool:
+            offset += stride * (3 - 1) / 2
+            stride *= 2
+    return stride, offset
+
+
+def _check_level(level) -> int:
+    if isinstance(level, bool) or int(level) != level or not 0 <= int(level) < len(LAYERS):
+        raise ValueError(f"levels must be convolution indices in [0, {len(LAYERS) - 1}] "
+                         f"({', '.join(LEVEL_NAMES)}), got {level!r}")
+    return int(level)
 
 
 def alexnet_flops(width: float, size: int) -> float:
@@ -124,16 +156,40 @@ class SiamFCAlexNet(nnx.Module):
         self.feature_dim = c_in
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        """conv5's features (N, h, w, C) of raw 0-255 images (N, H, W, 3)."""
+        return self.features(x, (len(LAYERS) - 1,))[0]
+
+    def features(self, x: jax.Array, levels=BOX_HEAD_LEVELS) -> tuple[jax.Array, ...]:
+        """The outputs of the convolutions `levels` (indices 0 = conv1 .. 4 = conv5,
+        increasing), each after its batch norm, ReLU and pooling where the layer has
+        them, from one pass that stops at the last level asked for."""
+        levels = tuple(_check_level(lv) for lv in levels)
+        if not levels or list(levels) != sorted(set(levels)):
+            raise ValueError(f"levels must be increasing convolution indices, got {levels}")
         x = jnp.asarray(x)
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ValueError(f"images must have shape (N, H, W, 3), got {x.shape}")
         if min(x.shape[1:3]) < 87:
             raise ValueError(f"images must be at least 87 x 87 pixels, got {x.shape[1:3]}")
         h = x.astype(jnp.float32)
-        for conv, norm, (_, _, _, _, pool) in zip(self.convs, self.norms, LAYERS):
+        out = []
+        for i, (conv, norm, (_, _, _, _, pool)) in enumerate(
+                zip(self.convs, self.norms, LAYERS)):
+            if i > levels[-1]:
+                break
             h = conv(h)
             if norm is not None:
                 h = jax.nn.relu(norm(h))
             if pool:
                 h = nnx.max_pool(h, (3, 3), strides=(2, 2), padding="VALID")
-        return h
+            if i in levels:
+                out.append(h)
+        return tuple(out)
+
+    def level_channels(self, levels=BOX_HEAD_LEVELS) -> tuple[int, ...]:
+        """The channel counts of the outputs of `features(x, levels)`."""
+        return tuple(self.channels[_check_level(lv)] for lv in levels)
+
+    def level_geometry(self, levels=BOX_HEAD_LEVELS) -> tuple[tuple[int, float], ...]:
+        """(stride, offset) of each of `features(x, levels)` (`level_geometry`)."""
+        return tuple(level_geometry(lv) for lv in levels)

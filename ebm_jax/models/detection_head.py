@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ebm_jax.energy.predict import make_predictor
+from ebm_jax import checks
+from ebm_jax.energy.boxes import ascend_relative
 from ebm_jax.ops.boxes import decode_relative, encode_relative
 from ebm_jax.ops.prroi_pool import (
     POOL_METHODS,
@@ -83,14 +84,16 @@ def refine_boxes(head: DetectionEnergyHead, levels: Sequence[jax.Array], boxes,
                  classes, *, step_length, num_steps: int = 10, decay: float = 0.5):
     """T steps of gradient ascent on f in the relative space (cx/w0, cy/h0, log w,
     log h) of each initial box; a step that lowers f is undone and that box's step
-    lengths are multiplied by `decay`. Returns (refined xyxy boxes, f, step scale)."""
+    lengths are multiplied by `decay` (`ebm_jax.energy.boxes.ascend_relative`, the
+    refinement the tracker's box head shares). Returns (refined xyxy boxes, f, step
+    scale)."""
     if _is_concrete(boxes):
         check_boxes(boxes)
     boxes = jnp.asarray(boxes, jnp.float32)
     graphdef, state = nnx.split(head)
     predict = _predictor(graphdef, num_steps, tuple(np.atleast_1d(step_length).tolist()),
                          decay)
-    rel, f, scale = predict((state, tuple(levels)), (boxes, jnp.asarray(classes)),
+    rel, f, scale = predict(state, tuple(levels), boxes, jnp.asarray(classes),
                             encode_relative(boxes, boxes))
     return decode_relative(rel, boxes), f, scale
 
@@ -99,17 +102,24 @@ _PREDICTORS: dict = {}
 
 
 def _predictor(graphdef, num_steps, step_length, decay):
-    """One jitted predictor per (head structure, settings); features and parameters
+    """One jitted refinement per (head structure, settings); features and parameters
     are arguments, so every image reuses it."""
     key = (graphdef, num_steps, step_length, decay)
     if key not in _PREDICTORS:
-        def energy(params, x, rel):
-            state, levels = params
-            ref, cls = x
-            model = nnx.merge(graphdef, state)
-            return model(levels, decode_relative(rel, ref)[None], cls[None])[0]
+        _check_refinement(num_steps, step_length, decay)
 
-        _PREDICTORS[key] = make_predictor(energy, num_steps=num_steps,
-                                          step_length=step_length, reject_decreasing=True,
-                                          decay=decay)
+        def predict(state, levels, boxes, classes, rel):
+            return ascend_relative(nnx.merge(graphdef, state), list(levels), boxes, rel,
+                                   classes, num_steps=num_steps, step_length=step_length,
+                                   reject_decreasing=True, decay=decay)
+
+        _PREDICTORS[key] = jax.jit(predict)
     return _PREDICTORS[key]
+
+
+def _check_refinement(num_steps, step_length, decay) -> None:
+    """The settings' checks, before anything is traced (`gradient_ascent`'s)."""
+    checks.int_at_least("num_steps", num_steps, 0)
+    checks.positive_steps("step_length", step_length)
+    if not 0 < decay < 1:
+        raise ValueError(f"decay must be in (0, 1), got {decay!r}")

@@ -52,6 +52,7 @@ from ebm_jax.recipes.contrastive_stages import (
 )
 from ebm_jax.report import Report
 from ebm_jax.report import contrastive as report
+from ebm_jax.report.statistics import aggregate
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["Config", "RunSpec", "check", "plan", "run"]
@@ -243,21 +244,6 @@ def _knn_keys(cfg: Config) -> tuple[str, ...]:
     return tuple(f"knn{k}_accuracy" for k in cfg.knn_ks)
 
 
-def _aggregate(per_seed: list[dict], keys) -> dict:
-    """Mean and sample sd over seeds of each numeric figure (None where a seed has
-    none): the row of a table."""
-    mean, sd = {}, {}
-    for k in keys:
-        vals = [r.get(k) for r in per_seed]
-        if any(v is None for v in vals):
-            mean[k], sd[k] = None, None
-            continue
-        v = np.asarray(vals, np.float64)
-        mean[k] = float(v.mean())
-        sd[k] = float(v.std(ddof=1)) if len(v) > 1 else None
-    return {**mean, "sd": sd}
-
-
 def run(cfg: Config, ctx: RunContext) -> Report:
     tables = plan(cfg)
     specs = all_specs(cfg)
@@ -282,7 +268,7 @@ def run(cfg: Config, ctx: RunContext) -> Report:
     keys = METRICS + _knn_keys(cfg)
     results = {s.name: {"name": s.name, "method": s.method, "momentum": s.momentum,
                         "queue_size": s.queue_size,
-                        **_aggregate(per_seed[s.name], keys), "seeds": per_seed[s.name]}
+                        **aggregate(per_seed[s.name], keys), "seeds": per_seed[s.name]}
                for s in specs}
     rows = {t: [results[s.name] for s in tables[t]] for t in TABLES if t in cfg.tables}
     floor, pixels, ceiling = results["random"], results["pixels"], results["supervised"]

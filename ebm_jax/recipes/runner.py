@@ -9,7 +9,8 @@ Order: start JAX (multi-host if asked), check the work and output directories (n
 one inside the other; a symbolic link as `--out` is followed), take the lock on `--out`
 (`<parent>/.<name>.lock`, held to the end) and clear what an interrupted write of its
 results left, build the mesh, take the lock on the work directory, check every setting
-of the recipe (all before training), run, write the results (process 0): they replace
+of the recipe (all before training; what the check opened, such as the data, is
+passed on to the run, never opened twice), run, write the results (process 0): they replace
 `--out` whole unless files appeared there during the run, which are then kept.
 """
 
@@ -82,8 +83,9 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                          restart=restart, progress=progress, writer=writer, log=log)
         started = time.time()
         with ctx:  # the lock first: checks may write (a generated dataset)
-            recipe.check(cfg, ctx)
-            report = recipe.run(cfg, ctx)
+            opened = recipe.check(cfg, ctx)  # what check opened (the data), or None
+            report = (recipe.run(cfg, ctx) if opened is None
+                      else recipe.run(cfg, ctx, opened))
         meta = {
             "recipe": recipe_name(cfg), "config": dataclasses.asdict(cfg),
             "command": command, "workdir": str(workdir), "seed": ctx.seed,

@@ -1,7 +1,8 @@
 """SoCL (Wu & Chan, "Learning Tracking Representations from Single Point Annotations"):
 SiamFC's backbone learned from point annotations by soft contrastive learning, against
 its baselines, on the generated tracking benchmark. One recipe for the paper's
-experiments; `experiment` picks the arms (rows) that are trained and tracked:
+experiments; `experiment` picks the arms (rows) that are trained and tracked, from the
+table `EXPERIMENTS` (each experiment's arms, their pairs and the paper's figures):
 
     table1    GST, +SNS, +mix-up, +LST (sec. 4.2, Table 1)
     figure7   theta_b and b_p sweeps (Fig. 7; theta_p ~ U[b_p, 1))
@@ -19,39 +20,37 @@ seed: the same initial weights and batch order), and a difference is called real
 where it exceeds twice its standard error. The hyperparameters are the paper's (tau,
 theta_b, b_p, Adam 3e-4 with a x0.1 drop at half); the model width, the number of steps,
 the batch of videos and the context size are scaled to the machine and chosen before
-any test-split result was seen. Stages: `ebm_jax.recipes.socl_stages`.
+any test-split result was seen. Stages: `ebm_jax.recipes.socl_stages`; arms and the
+runner they share with the tracking recipe: `ebm_jax.recipes.tracking_arms`. Config
+files start from `preset` (quick, tiny, paper), so that the configs that share stages
+cannot drift apart.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from ebm_jax.config import Checks, ConfigError
+from ebm_jax.contrastive.socl import SoCLSettings
 from ebm_jax.recipes import socl_stages as stages
 from ebm_jax.recipes import tracking
 from ebm_jax.recipes import tracking_stages as tstages
+from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
 from ebm_jax.report import Report
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["Config", "check", "run"]
 
-EXPERIMENTS = ("table1", "figure7", "figure8", "table2", "table6", "table4")
-
-
 @dataclasses.dataclass(frozen=True)
 class Config(tracking.Config):
     """The tracking recipe's data and Box-Siam fields, plus SoCL's. The defaults are the
-    quick profile (2 CPU cores): the data, width, Box-Siam steps and seeds of the
-    tracking recipe's quick variant, so that the two share data and stages."""
+    quick profile (2 CPU cores; `PRESETS["quick"]`): the tracking recipe's quick data,
+    width, Box-Siam steps and seeds (its defaults), so that the two share data and
+    stages; tau, theta_b and b_p default to SoCLSettings' (the paper's)."""
 
-    num_train_sequences: int = 50
-    num_test_sequences: int = 30
-    num_frames: int = 80
-    width: float = 0.25
-    steps: int = 600
-    seeds: tuple[int, ...] = (0, 1, 2)
     experiment: str = "table1"
     points: str = "clean"  # SoCL's point annotations: "clean" (box centres) or "noisy"
     annotate_every: int = 2  # annotated frames: every this-many-th frame
@@ -64,9 +63,9 @@ class Config(tracking.Config):
     context_side: float = 144.0  # context region side in frame pixels
     shift_jitter: float = 0.125  # region centre moved up to this x the side
     scale_jitter: float = 1.25  # region side scaled within [1/s, s]
-    tau: float = 0.5
-    theta_b: float = 0.8
-    b_p: float = 0.6
+    tau: float = SoCLSettings.tau
+    theta_b: float = SoCLSettings.theta_b
+    b_p: float = SoCLSettings.b_p
     theta_b_sweep: tuple[float, ...] = (0.5, 0.65, 0.8, 0.95)
     b_p_sweep: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
     alphas: tuple[float, ...] = (0.3, 0.5, 0.7)
@@ -81,7 +80,7 @@ class Config(tracking.Config):
     def __post_init__(self):
         super().__post_init__()
         c = Checks(self)
-        c.one_of("experiment", EXPERIMENTS)
+        c.one_of("experiment", tuple(EXPERIMENTS))
         c.one_of("points", ("clean", "noisy"))
         for f in ("annotate_every", "socl_steps"):
             c.int_range(f, 1)
@@ -106,42 +105,37 @@ class Config(tracking.Config):
                                   f"{rng}, got {values!r}")
 
 
-def arms_of(cfg: Config) -> list[stages.Arm]:
-    """The rows of `cfg.experiment`."""
-    Arm, p = stages.Arm, cfg.points
-    full = Arm("SoCL-Siam", "socl", points=p)
-    if cfg.experiment == "table1":
-        return [Arm("GST", "socl", (("use_sns", False), ("use_mix", False),
-                                    ("use_lst", False)), points=p),
-                Arm("+SNS", "socl", (("use_mix", False), ("use_lst", False)), points=p),
-                Arm("+mix-up", "socl", (("use_lst", False),), points=p),
-                Arm("+LST (SoCL)", "socl", points=p), Arm("random backbone", "random")]
-    if cfg.experiment == "figure7":
-        return ([Arm(f"theta_b={v:g}", "socl", (("theta_b", float(v)),), points=p, x=v)
-                 for v in cfg.theta_b_sweep]
-                + [Arm(f"b_p={v:g}", "socl", (("b_p", float(v)),), points=p, x=v)
-                   for v in cfg.b_p_sweep])
-    if cfg.experiment == "figure8":
-        return ([Arm(f"BCE-Siam alpha={a:g}", "bce-siam", alpha=float(a), points=p, x=a)
-                 for a in cfg.alphas] + [full, Arm("random backbone", "random")])
-    if cfg.experiment == "table2":
-        return [a for h in cfg.budgets_hours for a in (
-            Arm(f"Box-Siam {h:g} h", "box-siam", budget_hours=float(h), x=h),
-            Arm(f"SoCL-Siam {h:g} h", "socl", points=p, budget_hours=float(h), x=h))]
-    if cfg.experiment == "table6":
-        return [Arm("SoCL-Siam, clean points", "socl", points="clean"),
-                Arm(f"SoCL-Siam, points shifted {cfg.point_shift:g} px", "socl",
-                    points="noisy")]
-    return [Arm("Box-Siam", "box-siam"), full]  # table4
+# The named presets the SoCL config files start from (`preset`): every experiment of a
+# variant shares its data, widths and schedules (and so its stages); "quick" is the
+# Config defaults, "paper" the tracking recipe's paper data and Box-Siam schedule.
+PRESETS = {
+    "quick": {},
+    "tiny": dict(tracking.TINY_DATA, num_train_sequences=4, steps=2, batch_size=2,
+                 socl_steps=2, videos=2, input_size=95, context_side=64.0,
+                 annotate_every=2, strip_sequences=0, theta_b_sweep=(0.5, 0.8),
+                 b_p_sweep=(0.6,), alphas=(0.5,)),
+    # GOT-10k train: 1000 epochs of 9335 videos / 96 per batch, lr x 0.1 at 500
+    "paper": dict(tracking.PAPER_DATA, socl_steps=97_240, videos=96, input_size=255,
+                  context_side=255.0, annotate_every=1, points_from_boxes=True),
+}
 
 
-def check(cfg: Config, ctx: RunContext) -> None:
+def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
+           paper: dict | None = None, **fields) -> Config:
+    """The Config of preset `variant` ("quick", "tiny" or "paper") with `fields`, and
+    the fields given for that variant (`quick=`, `tiny=`, `paper=`) over them."""
+    return tracking.config_from_preset(Config, PRESETS, variant, fields,
+                                       {"quick": quick, "tiny": tiny, "paper": paper})
+
+
+def check(cfg: Config, ctx: RunContext) -> Opened:
     """The tracking recipe's checks (roots, devices, memory, the data), then SoCL's: a
-    batch must fit and the training sequences must carry points."""
+    batch must fit, the training sequences must carry points and every budget must buy
+    enough sequences. Returns the opened data and budget plan, which `run` takes."""
     from ebm_jax import checks
     from ebm_jax.models.alexnet import alexnet_flops
 
-    tracking.check(cfg, ctx)
+    data = _with_points(cfg, ctx, tracking.check(cfg, ctx))
     if (2 * cfg.videos) % ctx.num_devices:
         raise ValueError(f"2 x --config.videos ({2 * cfg.videos}) must be divisible by "
                          f"--devices {ctx.num_devices}")
@@ -150,22 +144,18 @@ def check(cfg: Config, ctx: RunContext) -> None:
         f"AlexNet width {cfg.width})",
         2 * cfg.videos * 0.4 * alexnet_flops(cfg.width, cfg.input_size),
         hint="lower --config.videos, --config.input_size or --config.width")
-    data = _open(cfg, ctx)
-    kinds = {a.points for a in arms_of(cfg) if a.method in ("socl", "bce-siam")}
-    for kind in kinds:
+    for kind in _point_kinds(arms_of(cfg)):
         annotated = [stages.annotated_frames(s, kind, cfg.annotate_every) for s in data.train]
         if sum(len(a) > 1 for a in annotated) < cfg.videos:
             raise ValueError(f"--config.videos={cfg.videos} videos per batch, but only "
                              f"{sum(len(a) > 1 for a in annotated)} training sequences have "
                              f"two annotated frames ({kind} points)")
-    if cfg.experiment == "table2":
-        _budget_plan(cfg, ctx, data)  # every budget buys enough sequences
+    return Opened(data, _budget_plan(cfg, ctx, data) if _budgeted(arms_of(cfg)) else None)
 
 
-def _open(cfg: Config, ctx):
+def _with_points(cfg: Config, ctx, data):
     """The tracking recipe's data; with `points_from_boxes`, training sequences without
     points get the box centres (and shifted centres) as their point annotations."""
-    data = tracking._open(cfg, ctx)
     if not cfg.points_from_boxes:
         return data
     train = [stages.points_from_boxes(s, cfg.point_shift, ctx.seed_of("points", s.name))
@@ -200,6 +190,38 @@ def _budget_plan(cfg: Config, ctx, data) -> dict:
     return plan
 
 
+@dataclasses.dataclass(frozen=True)
+class Opened:
+    """What `check` opened, for `run`: the data and the budget plan ({(method, hours):
+    (sequence indices, annotated frames)}; None when no arm has a budget)."""
+
+    data: tstages.TrackingData
+    plan: dict | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SoCLRun:
+    """What an arm's training function gets: the config, the run, the data, the budget
+    plan and the TOP proposals of each kind of points ({kind: `top_cache`})."""
+
+    cfg: Config
+    ctx: RunContext
+    data: tstages.TrackingData
+    plan: dict | None
+    tops: dict
+
+
+def _point_kinds(arms) -> list[str]:
+    """The kinds of points the arms train on, in the table's order."""
+    return list(dict.fromkeys(dict(a.about)["points"] for a in arms
+                              if a.method in ("socl", "bce-siam")))
+
+
+def _budgeted(arms) -> bool:
+    """Whether an arm trains on an annotation budget's sequences (the budget plan)."""
+    return any(dict(a.about)["budget_hours"] is not None for a in arms)
+
+
 def _subset(sequences, idx, annotated=None):
     """The sequences `idx`, with boxes only on their annotated frames when given."""
     out = []
@@ -213,76 +235,168 @@ def _subset(sequences, idx, annotated=None):
     return out
 
 
-def _train(cfg: Config, ctx, data, arm: stages.Arm, seed: int, cache: dict):
-    """(stage identity or None, model, training figures or None) of one arm and seed."""
-    every = cfg.annotate_every
-    all_idx = list(range(len(data.train)))
-    idx, spent = all_idx, None
-    if arm.budget_hours is not None:
-        idx, spent = cache.setdefault("plan", _budget_plan(cfg, ctx, data))[
-            (arm.method, arm.budget_hours)]
-    ident = {"of": data.identity["train"], "every": every}
-    if idx != all_idx:
-        ident["sequences"] = [int(i) for i in idx]
-    if arm.method == "random":
-        return None, tstages.build_model(cfg, ctx, f"socl-s{seed}"), None
-    if arm.method == "box-siam":
-        annotated = [np.asarray(stages.annotated_frames(s, "clean", every))
-                     for s in data.train]
-        name, identity, figures, model = tstages.train_box_siam(
-            cfg, ctx, data, seed, sequences=_subset(data.train, idx, annotated),
-            data_identity={**ident, "boxes": "true"})
-        return identity, model, figures
-    key = ("top", arm.points)
-    if key not in cache:
-        cache[key] = stages.top_cache(cfg, ctx, data.train, data.identity["train"],
-                                      arm.points)
-    tops = cache[key]
-    if arm.method == "bce-siam":
-        pseudo = stages.pseudo_box_sequences(data.train, tops, arm.points, arm.alpha)
-        name, identity, figures, model = tstages.train_box_siam(
-            cfg, ctx, data, seed, sequences=pseudo, name=f"bce-siam-s{seed}",
-            data_identity={**ident, "boxes": "pseudo", "alpha": arm.alpha,
-                           "points": arm.points,
-                           "top": dataclasses.asdict(stages.top_settings(cfg))})
-        return identity, model, figures
-    sub = _subset(data.train, idx)
+def _sequences(env: SoCLRun, method: str, budget_hours: float | None):
+    """(indices of the training sequences, data identity) of a method at a budget."""
+    idx = list(range(len(env.data.train)))
+    ident = {"of": env.data.identity["train"], "every": env.cfg.annotate_every}
+    if budget_hours is not None:
+        sub, _ = env.plan[(method, budget_hours)]
+        if sub != idx:
+            idx, ident = sub, {**ident, "sequences": [int(i) for i in sub]}
+    return idx, ident
+
+
+def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
+    """No training: the initial weights every SoCL arm of the seed starts from."""
+    cfg, ctx = env.cfg, env.ctx
+    return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}"),
+                   {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed})
+
+
+def train_box_siam(env: SoCLRun, seed: int, earlier, *,
+                   budget_hours: float | None = None) -> Trained:
+    """Box-Siam on the true boxes of the annotated frames (of a budget's sequences)."""
+    idx, ident = _sequences(env, "box-siam", budget_hours)
+    annotated = [np.asarray(stages.annotated_frames(s, "clean", env.cfg.annotate_every))
+                 for s in env.data.train]
+    return tstages.train_box_siam(env.cfg, env.ctx, env.data, seed,
+                                  sequences=_subset(env.data.train, idx, annotated),
+                                  data_identity={**ident, "boxes": "true"})
+
+
+def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
+                   alpha: float) -> Trained:
+    """BCE-Siam: SiamFC's loss on the pseudo boxes thresholded at `alpha` from the TOP
+    maps of the annotated frames (paper Fig. 8)."""
+    _, ident = _sequences(env, "bce-siam", None)
+    pseudo = stages.pseudo_box_sequences(env.data.train, env.tops[points], points, alpha)
+    return tstages.train_box_siam(
+        env.cfg, env.ctx, env.data, seed, sequences=pseudo, name=f"bce-siam-s{seed}",
+        data_identity={**ident, "boxes": "pseudo", "alpha": alpha, "points": points,
+                       "top": dataclasses.asdict(stages.TOP_SETTINGS)})
+
+
+def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
+               socl: tuple = (), budget_hours: float | None = None) -> Trained:
+    """SoCL-Siam (loss 10) on the `points` annotations, with the SoCLSettings
+    overrides `socl`, on a budget's sequences when given."""
+    idx, ident = _sequences(env, "socl", budget_hours)
+    tops = env.tops[points]
+    sub = _subset(env.data.train, idx)
     sub_tops = {j: tops[i] for j, i in enumerate(idx) if i in tops}
-    name, identity, figures, model = stages.train_socl(cfg, ctx, sub, sub_tops, arm.points,
-                                                       ident, arm, seed)
-    return identity, model, figures
+    return stages.train_socl(env.cfg, env.ctx, sub, sub_tops, points, ident, socl, seed,
+                             label=label)
 
 
-def run(cfg: Config, ctx: RunContext) -> Report:
+def _arm(label: str, method: str, *, socl: tuple = (), alpha: float | None = None,
+         points: str = "clean", budget_hours: float | None = None,
+         x: float | None = None, compared_with: tuple[str, ...] = ()) -> Arm:
+    """An arm of a SoCL table: its training function from `method` and its settings."""
+    train = {
+        "random": train_random,
+        "box-siam": functools.partial(train_box_siam, budget_hours=budget_hours),
+        "bce-siam": functools.partial(train_bce_siam, points=points, alpha=alpha),
+        "socl": functools.partial(train_socl, label=label, points=points, socl=socl,
+                                  budget_hours=budget_hours),
+    }[method]
+    return Arm(label, method, train, compared_with=tuple(compared_with), x=x,
+               about=(("socl", socl), ("alpha", alpha), ("points", points),
+                      ("budget_hours", budget_hours)))
+
+
+def _table1(cfg: Config) -> list[Arm]:
+    p, lst = cfg.points, "+LST (SoCL)"
+    return [_arm("GST", "socl", socl=(("use_sns", False), ("use_mix", False),
+                                      ("use_lst", False)), points=p),
+            _arm("+SNS", "socl", socl=(("use_mix", False), ("use_lst", False)), points=p,
+                 compared_with=("GST",)),
+            _arm("+mix-up", "socl", socl=(("use_lst", False),), points=p,
+                 compared_with=("+SNS",)),
+            _arm(lst, "socl", points=p, compared_with=("+mix-up", "GST", "random backbone")),
+            _arm("random backbone", "random")]
+
+
+def _figure7(cfg: Config) -> list[Arm]:
+    arms = []
+    for field, sweep, chosen in (("theta_b", cfg.theta_b_sweep, cfg.theta_b),
+                                 ("b_p", cfg.b_p_sweep, cfg.b_p)):
+        base = f"{field}={chosen:g}" if chosen in sweep else None  # the paper's value
+        arms += [_arm(f"{field}={v:g}", "socl", socl=((field, float(v)),), points=cfg.points,
+                      x=v, compared_with=(base,) if base and v != chosen else ())
+                 for v in sweep]
+    return arms
+
+
+def _figure8(cfg: Config) -> list[Arm]:
+    bce = [_arm(f"BCE-Siam alpha={a:g}", "bce-siam", alpha=float(a), points=cfg.points, x=a)
+           for a in cfg.alphas]
+    return bce + [_arm("SoCL-Siam", "socl", points=cfg.points,
+                       compared_with=(*(a.label for a in bce), "random backbone")),
+                  _arm("random backbone", "random")]
+
+
+def _table2(cfg: Config) -> list[Arm]:
+    return [a for h in cfg.budgets_hours for a in (
+        _arm(f"Box-Siam {h:g} h", "box-siam", budget_hours=float(h), x=h),
+        _arm(f"SoCL-Siam {h:g} h", "socl", points=cfg.points, budget_hours=float(h), x=h,
+             compared_with=(f"Box-Siam {h:g} h",)))]
+
+
+def _table6(cfg: Config) -> list[Arm]:
+    clean = "SoCL-Siam, clean points"
+    return [_arm(clean, "socl", points="clean"),
+            _arm(f"SoCL-Siam, points shifted {cfg.point_shift:g} px", "socl",
+                 points="noisy", compared_with=(clean,))]
+
+
+def _table4(cfg: Config) -> list[Arm]:
+    return [_arm("Box-Siam", "box-siam"),
+            _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",))]
+
+
+EXPERIMENTS = {
+    "table1": Experiment(_table1, "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST "
+                                  "60.9 (each step helps)"),
+    "figure7": Experiment(_figure7, "small theta_b or theta_p hurt; theta_b = 0.8, b_p = "
+                                    "0.6 chosen"),
+    "figure8": Experiment(_figure8, "BCE-Siam on pseudo boxes is below SoCL-Siam at every "
+                                    "alpha"),
+    "table2": Experiment(_table2, "OTB-15 AUC at 110/220/440/880 h: Box-Siam "
+                                  "51.7/54.0/55.2/57.0, SoCL-Siam 53.3/54.9/56.5/57.8 "
+                                  "(SoCL ahead at every budget)"),
+    "table6": Experiment(_table6, "points shifted 20 px cost 0.2-0.8 AUC points"),
+    "table4": Experiment(_table4, "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points "
+                                  "$7.0k and 883 h; training SiamFC 8 h, SoCL 24 h on a "
+                                  "V100 at $0.90/h"),
+}
+
+
+def arms_of(cfg: Config) -> list[Arm]:
+    """The rows of `cfg.experiment`'s table."""
+    return EXPERIMENTS[cfg.experiment].arms(cfg)
+
+
+def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     from ebm_jax.report import socl as report
 
-    data = _open(cfg, ctx)
-    arms, cache = arms_of(cfg), {}
+    opened = opened if opened is not None else Opened(
+        _with_points(cfg, ctx, tstages.open_data(cfg, ctx)), None)
+    data, plan = opened.data, opened.plan
+    arms = arms_of(cfg)
+    if plan is None and _budgeted(arms):
+        plan = _budget_plan(cfg, ctx, data)
+    tops = {kind: stages.top_cache(ctx, data.train, data.identity["train"], kind,
+                                   cfg.annotate_every) for kind in _point_kinds(arms)}
+    env = SoCLRun(cfg, ctx, data, plan, tops)
     test = data.eval_sets["generated-test"]
-    set_id = data.identity["generated-test"]
-    settings = dataclasses.asdict(tstages.settings_of(cfg))
-    rows: dict[str, list[dict]] = {a.label: [] for a in arms}
-    training: dict[str, list[dict]] = {a.label: [] for a in arms}
-    static = tstages.evaluate(ctx, "static", {"set": set_id}, "generated-test", test,
-                              tstages.static_boxes, progress_desc="static")
-    static_row = tstages.scores(static, test)
-    for seed in cfg.seeds:
-        for arm in arms:
-            identity, model, figures = _train(cfg, ctx, data, arm, seed, cache)
-            ident = ({"trained": identity} if identity is not None
-                     else {"start_of": f"socl-s{seed}", "width": cfg.width,
-                           "run_seed": ctx.seed})
-            recs = tstages.evaluate(
-                ctx, f"{arm.method}-s{seed}", {**ident, "set": set_id, "tracking": settings},
-                "generated-test", test, tstages.siamfc_runner(model, cfg),
-                progress_desc=f"{arm.label} s{seed}")
-            row = {"seed": seed, **tstages.scores(recs, test)}
-            rows[arm.label].append(row)
-            training[arm.label].append({"seed": seed, **(figures.asdict() if figures else {})})
-            ctx.log(f"{arm.label} (seed {seed}): AUC {row['auc']:.3f}, precision "
-                    f"{row['precision']:.3f}, AO {row['ao']:.3f}")
-    tops = {k[1]: v for k, v in cache.items() if isinstance(k, tuple) and k[0] == "top"}
+    res = run_arms(env, ctx, arms, cfg.seeds,
+                   {"generated-test": (data.identity["generated-test"], test)})
+    rows = res.rows["generated-test"]
+    training = {a.label: [{"seed": seed, **(res.trained[seed][a.label].figures.asdict()
+                                            if res.trained[seed][a.label].figures else {})}
+                          for seed in cfg.seeds] for a in arms}
     budget = ({f"{m} {h:g} h": {"sequences": len(i), "frames": s}
-               for (m, h), (i, s) in cache["plan"].items()} if "plan" in cache else None)
-    return report.socl_report(cfg, arms, rows, training, static_row, tops=tops,
-                              train=data.train, budget=budget)
+               for (m, h), (i, s) in plan.items()} if plan is not None else None)
+    return report.socl_report(cfg, arms, rows, training, res.static["generated-test"],
+                              pairs=pairs_of(arms), paper=EXPERIMENTS[cfg.experiment].paper,
+                              tops=tops, train=data.train, budget=budget)

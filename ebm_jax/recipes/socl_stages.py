@@ -3,8 +3,10 @@
 
     <workdir>/top-<points>-<hash>/<sequence>.npz   TOP proposals of the annotated frames
                                                   (kept boxes and scores), one file per
-                                                  sequence, written whole; a stopped
-                                                  computation resumes at the next one
+                                                  sequence, written whole (an
+                                                  `ItemCache`: a stopped computation
+                                                  resumes at the next one, --restart
+                                                  computes them again)
     <workdir>/socl-s<seed>-<hash>                  SoCL-Siam (loss 10) on point annotations
     <workdir>/bce-siam-s<seed>-<hash>              SiamFC's BCE on pseudo boxes from TOP maps
     <workdir>/box-siam-s<seed>-<hash>              Box-Siam (on a budget's subset when given)
@@ -17,30 +19,20 @@ box-annotated baselines, so that annotation costs compare frame for frame.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
-import json
 import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ebm_jax.io import atomic_write
+from ebm_jax.io import CorruptFileError
+from ebm_jax.recipes.item_cache import ItemCache
+from ebm_jax.recipes.tracking_stages import Trained
+from ebm_jax.tracking.top_maps import TopMapSettings
 
 if TYPE_CHECKING:
     from ebm_jax.recipes.socl import Config
-
-
-@dataclasses.dataclass(frozen=True)
-class Arm:
-    """One trained (or untrained) backbone of an experiment: a row of its table."""
-
-    label: str
-    method: str  # "socl", "bce-siam", "box-siam" or "random"
-    socl: tuple = ()  # SoCLSettings overrides, (field, value) pairs
-    alpha: float | None = None  # BCE-Siam's pseudo-box threshold
-    points: str = "clean"  # which point annotations: "clean" or "noisy"
-    budget_hours: float | None = None  # annotation budget (None: the whole split)
-    x: float | None = None  # the swept value, for plots
 
 
 def point_annotations(seq, kind: str) -> np.ndarray:
@@ -75,35 +67,33 @@ def annotated_frames(seq, kind: str, every: int) -> np.ndarray:
     return frames[frames % every == 0]
 
 
-def top_settings(cfg: Config):
-    from ebm_jax.tracking.top_maps import TopMapSettings
-
-    return TopMapSettings()
+# The TOP maps' settings (sec. 3.1, the paper's values): a value, not a config field
+TOP_SETTINGS = TopMapSettings()
 
 
-def top_cache(cfg: Config, ctx, sequences, data_identity, kind: str) -> dict:
+def top_cache(ctx, sequences, data_identity, kind: str, every: int) -> dict:
     """{sequence index: {"frames", "boxes", "scores", "seconds"}}: the TOP proposals of
-    every annotated frame, computed once (`top_boxes`, sec. 3.1) with a progress bar."""
+    every annotated frame (every `every`-th with a usable `kind` point), computed once
+    (`top_boxes`, sec. 3.1) with a progress bar, one file per sequence in an
+    `ItemCache` (resumes; `--restart` computes them again)."""
     from tqdm.auto import tqdm
 
     from ebm_jax.tracking.top_maps import top_boxes
 
-    settings = top_settings(cfg)
-    identity = {"data": data_identity, "points": kind, "every": cfg.annotate_every,
+    settings = TOP_SETTINGS
+    identity = {"data": data_identity, "points": kind, "every": every,
                 "settings": dataclasses.asdict(settings)}
-    stage_dir = ctx.stage_dir(f"top-{kind}", identity)
-    if ctx.writer:
-        stage_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(stage_dir / "identity.json", json.dumps(identity, indent=1) + "\n")
-    plan = [(i, seq, annotated_frames(seq, kind, cfg.annotate_every))
-            for i, seq in enumerate(sequences)]
+    cache = ItemCache(ctx, ctx.stage_dir(f"top-{kind}", identity), identity,
+                      what="TOP cache")
+    plan = [(i, seq, annotated_frames(seq, kind, every)) for i, seq in enumerate(sequences)]
     out = {}
     total = sum(len(f) for _, _, f in plan)
     bar = tqdm(total=total, desc=f"TOP maps ({kind} points)", unit="frame",
                disable=not ctx.progress, leave=False)
     for i, seq, frames in plan:
-        path = stage_dir / f"{seq.name}.npz"
-        rec = _read_top(path, frames, settings.keep, ctx.log) if path.exists() else None
+        name = f"{seq.name}.npz"
+        rec = cache.load(name, functools.partial(_read_top, frames=frames,
+                                                 keep=settings.keep))
         if rec is not None:
             out[i] = rec
             bar.update(len(frames))
@@ -116,38 +106,33 @@ def top_cache(cfg: Config, ctx, sequences, data_identity, kind: str) -> dict:
         for r, t in enumerate(frames):
             frame = seq.read_frame(int(t))
             start = time.perf_counter()
-            b, s = top_boxes(frame, image_point(pts[t]), settings,
+            # points and boxes are 1-indexed here as in top_maps (points.txt's convention)
+            b, s = top_boxes(frame, pts[t], settings,
                              seed=ctx.seed_of(f"top-{kind}", f"{seq.name}/{int(t)}"))
             seconds[r] = time.perf_counter() - start
             boxes[r, :len(b)], scores[r, :len(s)] = b, s
             bar.update(1)
         out[i] = {"frames": frames, "boxes": boxes, "scores": scores, "seconds": seconds}
-        if ctx.writer:
-            buf = io.BytesIO()
-            np.savez_compressed(buf, **out[i])
-            atomic_write(path, buf.getvalue())
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **out[i])
+        cache.save(name, buf.getvalue())
     bar.close()
     return out
 
 
-def _read_top(path, frames: np.ndarray, keep: int, log) -> dict | None:
+def _read_top(path, frames: np.ndarray, keep: int) -> dict | None:
     """The cached TOP proposals in `path` when they are those of `frames`; None when
-    they must be computed (again): other frames, or a file that is corrupt (cut short,
-    garbled, arrays of the wrong shape), which gets one warning line through `log`."""
-    try:
-        with np.load(io.BytesIO(path.read_bytes())) as z:
-            rec = {k: z[k] for k in ("frames", "boxes", "scores", "seconds")}
-    except Exception as e:  # noqa: BLE001 (any unreadable file)
-        log(f"warning: {path} is not a readable TOP cache ({e}); computing it again")
-        return None
+    they are of other frames; CorruptFileError for arrays of the wrong shape (and any
+    error of a file that is cut short or garbled)."""
+    with np.load(io.BytesIO(path.read_bytes())) as z:
+        rec = {k: z[k] for k in ("frames", "boxes", "scores", "seconds")}
     if not np.array_equal(rec["frames"], frames):
         return None
     n = len(frames)
     shapes = {"boxes": (n, keep, 4), "scores": (n, keep), "seconds": (n,)}
     if any(rec[k].shape != shape for k, shape in shapes.items()):
-        log(f"warning: {path} is not a TOP cache of {n} frames x {keep} boxes; computing "
-            "it again")
-        return None
+        raise CorruptFileError(f"{path} is not a TOP cache of {n} frames x {keep} boxes; "
+                               "computing it again")
     return rec
 
 
@@ -183,26 +168,22 @@ def pseudo_box_sequences(sequences, tops: dict, kind: str, alpha: float):
                 ok = np.isfinite(top["scores"][r])
                 pixels = score_map(tuple(seq.image_size), top["boxes"][r][ok],
                                    top["scores"][r][ok])
-                boxes[int(t)] = pseudo_box(pixels, image_point(pts[int(t)]), alpha)
+                boxes[int(t)] = pseudo_box(pixels, pts[int(t)], alpha)
         out.append(dataclasses.replace(seq, boxes=boxes))
     return out
 
 
-def image_point(point) -> np.ndarray:
-    """A point annotation (x, y, 1-indexed as points.txt) for `ebm_jax.tracking.top_maps`,
-    which takes points and boxes 1-indexed too."""
-    return np.asarray(point, np.float64)
-
-
-def socl_settings(cfg: Config, arm: Arm):
+def socl_settings(cfg: Config, overrides=()):
+    """SoCLSettings of the config's tau, theta_b and b_p with an arm's `overrides`
+    ((field, value) pairs)."""
     from ebm_jax.contrastive.socl import SoCLSettings
 
     base = SoCLSettings(tau=cfg.tau, theta_b=cfg.theta_b, b_p=cfg.b_p)
-    return dataclasses.replace(base, **dict(arm.socl))
+    return dataclasses.replace(base, **dict(overrides))
 
 
 def train_socl(cfg: Config, ctx, sequences, tops: dict, kind: str, data_identity,
-               arm: Arm, seed: int):
+               overrides, seed: int, *, label: str = "SoCL-Siam") -> Trained:
     """The SoCL-Siam stage of one arm and training seed (resumes): AlexNet from scratch,
     Adam (lr x 0.1 after `socl_lr_drop` of the steps, as the paper's drop at epoch 500
     of 1000), loss (10) on `context_batches`. Every arm of a seed starts from the same
@@ -215,10 +196,10 @@ def train_socl(cfg: Config, ctx, sequences, tops: dict, kind: str, data_identity
     from ebm_jax.train import create_train_state, make_train_step, merge_model
     from ebm_jax.train.stages import TrainStage
 
-    settings = socl_settings(cfg, arm)
+    settings = socl_settings(cfg, overrides)
     name = f"socl-s{seed}"
     identity = {"data": data_identity, "points": kind, "every": cfg.annotate_every,
-                "top": dataclasses.asdict(top_settings(cfg)),
+                "top": dataclasses.asdict(TOP_SETTINGS),
                 "top_temperature": cfg.top_temperature, "socl": dataclasses.asdict(settings),
                 "width": cfg.width, "steps": cfg.socl_steps, "videos": cfg.videos,
                 "lr": cfg.socl_lr, "lr_drop": cfg.socl_lr_drop, "input": cfg.input_size,
@@ -239,8 +220,9 @@ def train_socl(cfg: Config, ctx, sequences, tops: dict, kind: str, data_identity
                               input_size=cfg.input_size, context_side=cfg.context_side,
                               shift_jitter=cfg.shift_jitter, scale_jitter=cfg.scale_jitter,
                               temperature=cfg.top_temperature)
-    ctx.log(f"stage {name} ({arm.label}): {cfg.socl_steps} steps of {cfg.videos} videos x "
+    ctx.log(f"stage {name} ({label}): {cfg.socl_steps} steps of {cfg.videos} videos x "
             f"2 frames from {batches.num_sequences} sequences ({batches.num_frames} frames "
             "with TOP maps)")
     state, figures = stage.run(ctx, state, step, batches)
-    return name, stage.full_identity, figures, merge_model(graphdef, state)
+    return Trained(merge_model(graphdef, state), {"trained": stage.full_identity}, figures,
+                   name)

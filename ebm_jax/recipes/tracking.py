@@ -22,53 +22,55 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import numpy as np
-
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.recipes import tracking_stages as stages
+from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
 from ebm_jax.report import Report
 from ebm_jax.report import tracking as report
+from ebm_jax.report.statistics import mean_sd, sequence_difference
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["Config", "check", "run"]
 
-TRACKERS = ("static", "random", "box-siam")
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """The defaults are the quick profile (2 CPU cores, about 20 minutes)."""
+    """The defaults are the quick profile (`PRESETS["quick"]`: AlexNet width 0.25, 50
+    train / 30 test sequences of 80 frames at 320x240, 600 steps, three training seeds;
+    about 35-40 min on 2 CPU cores); config files start from `preset`."""
 
     train_data: str = "generated"  # "generated", or "got10k" (needs got10k_root)
     data_root: str | None = None  # where the generated benchmark goes (default <workdir>/data)
     got10k_root: str | None = None  # a local GOT-10k (train/, val/): val is evaluated
     otb_root: str | None = None  # a local OTB folder: evaluated when given
-    num_train_sequences: int = 60
-    num_test_sequences: int = 40
-    num_frames: int = 100
+    num_train_sequences: int = 50
+    num_test_sequences: int = 30
+    num_frames: int = 80
     frame_height: int = 240
     frame_width: int = 320
     point_shift: float = 20.0  # px, the noisy point annotation's shift (for SoCL)
     box_every: int = 10  # T of the sparse box annotations (for SoCL)
-    width: float = 0.5  # AlexNet channel multiplier (1.0: the published net)
-    steps: int = 1500
+    width: float = 0.25  # AlexNet channel multiplier (1.0: the published net)
+    steps: int = 600
     batch_size: int = 8
     lr_start: float = 1e-2
     lr_end: float = 1e-5
     momentum: float = 0.9
     weight_decay: float = 5e-4
     max_gap: int = 100  # frames of a training pair are fewer than this apart
-    seeds: tuple[int, ...] = (0,)  # training seeds (Box-Siam and its random start)
+    seeds: tuple[int, ...] = (0, 1, 2)  # training seeds (Box-Siam and its random start)
     strip_sequences: int = 3  # test sequences drawn as a strip of frames with boxes
     strip_frames: int = 6
     reference: tuple[tuple[str, str], ...] = ()
     reference_note: str = ""
     seed: int = 0  # the data's seed
+    experiment: str = "box-siam"  # a row of EXPERIMENTS: the arms trained and tracked
 
     def __post_init__(self):
         c = Checks(self)
         c.one_of("train_data", ("generated", "got10k"))
+        if type(self) is Config:  # a recipe built on this Config checks its own table
+            c.one_of("experiment", tuple(EXPERIMENTS))
         for f in ("num_train_sequences", "num_test_sequences", "steps", "batch_size",
                   "max_gap", "box_every"):
             c.int_range(f, 1)
@@ -97,9 +99,46 @@ class Config:
                               "local GOT-10k folder with train/ and val/)")
 
 
-def check(cfg: Config, ctx: RunContext) -> None:
+# The named presets config files start from (`preset`): configs that share stages take
+# their sizes from here, so that they cannot drift apart. "quick" is the Config defaults.
+TINY_DATA = dict(num_test_sequences=2, num_frames=8, frame_height=96, frame_width=128,
+                 width=0.125, seeds=(0,))  # seconds; the tests
+PAPER_DATA = dict(  # the published net and SiamFC's schedule: 50 epochs of 6650 pairs
+    num_train_sequences=500, num_test_sequences=100, num_frames=150, frame_height=360,
+    frame_width=480, width=1.0, steps=41_560, batch_size=8, seeds=(0, 1, 2))
+PRESETS = {
+    "quick": {},
+    "tiny": dict(TINY_DATA, num_train_sequences=3, steps=4, batch_size=4,
+                 strip_sequences=1, strip_frames=3),
+    "paper": PAPER_DATA,
+}
+
+
+def config_from_preset(config_type, presets: dict, variant: str, fields: dict,
+                       per_variant: dict):
+    """`config_type` with the preset `variant`, then `fields`, then the fields
+    `per_variant[variant]`; a ConfigError names the variants for an unknown one."""
+    if variant not in presets:
+        raise ConfigError(f"variant must be one of {list(presets)}, got {variant!r}")
+    unknown = sorted(set(per_variant) - set(presets))
+    if unknown:
+        raise ConfigError(f"per-variant fields of {unknown}: the variants are "
+                          f"{list(presets)}")
+    return config_type(**{**presets[variant], **fields, **(per_variant.get(variant) or {})})
+
+
+def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
+           paper: dict | None = None, **fields) -> Config:
+    """The Config of preset `variant` ("quick", "tiny" or "paper") with `fields`, and
+    the fields given for that variant (`quick=`, `tiny=`, `paper=`) over them."""
+    return config_from_preset(Config, PRESETS, variant, fields,
+                              {"quick": quick, "tiny": tiny, "paper": paper})
+
+
+def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
     """Every error that can be known before training: roots, devices, memory, then the
-    data itself (generated once; every sequence validated by its reader)."""
+    data itself (generated once; every sequence validated by its reader). Returns the
+    opened data, which `run` takes."""
     for field in ("got10k_root", "otb_root"):
         if getattr(cfg, field) is not None:
             checks.existing_dir(f"--config.{field}", getattr(cfg, field))
@@ -116,101 +155,91 @@ def check(cfg: Config, ctx: RunContext) -> None:
         # activations of forward + backward: ~4 bytes per FLOP / 10 is generous for AlexNet
         cfg.batch_size * 0.4 * (alexnet_flops(cfg.width, 255) + alexnet_flops(cfg.width, 127)),
         hint="lower --config.batch_size or --config.width")
-    data = _open(cfg, ctx)
+    data = stages.open_data(cfg, ctx)
     from ebm_jax.data.tracking_pairs import pair_batches
 
     pair_batches(data.train, batch_size=cfg.batch_size, max_gap=cfg.max_gap, seed=0)
+    return data
 
 
-def _open(cfg: Config, ctx: RunContext) -> stages.TrackingData:
-    key = (id(ctx), cfg)
-    if _open.cache.get("key") != key:
-        _open.cache.update(key=key, data=stages.open_data(cfg, ctx))
-    return _open.cache["data"]
+@dataclasses.dataclass(frozen=True)
+class TrackingRun:
+    """What an arm's training function gets: the config, the run and the opened data."""
+
+    cfg: Config
+    ctx: RunContext
+    data: stages.TrackingData
 
 
-_open.cache = {}
+def train_box_siam(env: TrackingRun, seed: int, used) -> Trained:
+    """Box-Siam: SiamFC trained on the training split's boxes."""
+    return stages.train_box_siam(env.cfg, env.ctx, env.data, seed)
 
 
-def _mean_sd(rows: list[dict], key: str):
-    v = np.asarray([r[key] for r in rows if r.get(key) is not None], np.float64)
-    if v.size == 0:
-        return None, None
-    return float(v.mean()), (float(v.std(ddof=1)) if v.size > 1 else None)
+def random_start(env: TrackingRun, seed: int, used) -> Trained:
+    """SiamFC with the random initial backbone of the same seed's Box-Siam."""
+    box = used["box-siam"]
+    return Trained(stages.build_model(env.cfg, env.ctx, box.stage),
+                   {"start_of": box.identity["trained"]})
 
 
-def _paired(a: list[list[float]], b: list[list[float]]) -> dict:
-    """Per-sequence AUC difference a - b (each averaged over seeds first): mean and its
-    standard error over sequences."""
-    d = np.mean(np.asarray(a, np.float64), 0) - np.mean(np.asarray(b, np.float64), 0)
-    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
-    return {"mean": float(d.mean()), "se": se, "num_sequences": int(len(d))}
+# The table of experiments: each one's arms, in the order of its tables, each with its
+# training, its tracker (SiamFC's scale search unless given), the arms whose models it
+# uses (same seed) and the arms it is compared with ("static": the first box in every
+# frame, tracked once per set). A new tracker is one more line here.
+EXPERIMENTS = {
+    "box-siam": Experiment(lambda cfg: [
+        Arm("random", "random", random_start, uses=("box-siam",)),
+        Arm("box-siam", "box-siam", train_box_siam, compared_with=("static", "random"))]),
+}
 
 
-def run(cfg: Config, ctx: RunContext) -> Report:
-    data = _open(cfg, ctx)
-    results: dict[str, dict[str, list[dict]]] = {}  # set -> tracker -> one row per seed
-    training, models = {}, {}
+def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
+    data = data if data is not None else stages.open_data(cfg, ctx)
+    eval_sets = {s: (data.identity[s], seqs) for s, seqs in data.eval_sets.items()}
+    arms = EXPERIMENTS[cfg.experiment].arms(cfg)
+    res = run_arms(TrackingRun(cfg, ctx, data), ctx, arms, cfg.seeds, eval_sets)
+    training = {}  # training stage -> its figures
     for seed in cfg.seeds:
-        name, identity, figures, model = stages.train_box_siam(cfg, ctx, data, seed)
-        training[name] = {"identity_hash": ctx.stage_dir(name, identity).name,
-                          **figures.asdict()}
-        models[seed] = (identity, model, stages.build_model(cfg, ctx, name))
-    for set_name, sequences in data.eval_sets.items():
-        set_id = data.identity[set_name]
-        rows: dict[str, list[dict]] = {t: [] for t in TRACKERS}
-        recs = stages.evaluate(ctx, "static", {"set": set_id}, set_name, sequences,
-                               stages.static_boxes, progress_desc=f"static on {set_name}")
-        rows["static"].append({"seed": None, **stages.scores(recs, sequences)})
-        for seed, (identity, trained, start) in models.items():
-            for tracker, model, ident in (
-                    ("random", start, {"start_of": identity}),
-                    ("box-siam", trained, {"trained": identity})):
-                ident = {**ident, "set": set_id, "tracking": dataclasses.asdict(
-                    stages.settings_of(cfg))}
-                recs = stages.evaluate(ctx, f"{tracker}-s{seed}", ident, set_name,
-                                       sequences, stages.siamfc_runner(model, cfg),
-                                       progress_desc=f"{tracker} s{seed} on {set_name}")
-                row = {"seed": seed, **stages.scores(recs, sequences)}
-                rows[tracker].append(row)
-                if set_name == "generated-test":
-                    rows[tracker][-1]["boxes"] = {r["name"]: r["boxes"]
-                                                  for r in recs[:cfg.strip_sequences]}
-                ctx.log(f"{tracker} (seed {seed}) on {set_name}: AUC {row['auc']:.3f}, "
-                        f"precision {row['precision']:.3f}, AO {row['ao']:.3f}, "
-                        f"{row['fps'] or 0:.1f} FPS")
-        results[set_name] = rows
-    summary = {s: {t: {k: dict(zip(("mean", "sd"), _mean_sd(r, k)))
+        for t in res.trained[seed].values():
+            if t.stage is not None:
+                training[t.stage] = {"identity_hash": ctx.stage_dir(
+                    t.stage, t.identity["trained"]).name, **t.figures.asdict()}
+    results: dict[str, dict[str, list[dict]]] = {}  # set -> tracker -> one row per seed
+    for set_name, rows in res.rows.items():
+        results[set_name] = {"static": [{"seed": None, **res.static[set_name]}], **rows}
+    trackers = list(results["generated-test"])
+    strip_boxes = {a.label: {r["name"]: r["boxes"]
+                             for r in res.records["generated-test"][a.label][cfg.seeds[0]][
+                                 :cfg.strip_sequences]}
+                   for a in arms}
+    summary = {s: {t: {k: dict(zip(("mean", "sd"), mean_sd([x.get(k) for x in r])))
                        for k in ("auc", "precision", "norm_precision", "ao", "sr50",
                                  "sr75", "fps")}
                    for t, r in rows.items()} for s, rows in results.items()}
     for s, rows in results.items():
-        auc = {t: [r["sequence_auc"] for r in rows[t]] for t in TRACKERS}
-        summary[s]["box-siam vs static"] = _paired(auc["box-siam"], auc["static"])
-        summary[s]["box-siam vs random"] = _paired(auc["box-siam"], auc["random"])
+        auc = {t: [r["sequence_auc"] for r in rows[t]] for t in trackers}
+        for a, b in pairs_of(arms):
+            summary[s][f"{a} vs {b}"] = sequence_difference(auc[a], auc[b])
     test = data.eval_sets["generated-test"]
     strips = test[:cfg.strip_sequences]
     title = (f"Box-Siam (SiamFC, AlexNet width {cfg.width}) trained {cfg.steps} steps on "
              f"{len(data.train)} generated sequences; seeds {list(cfg.seeds)}")
-    markdown = report.report_markdown(summary, title=title, seeds=cfg.seeds,
+    markdown = report.report_markdown(summary, pairs_of(arms), title=title, seeds=cfg.seeds,
                                       reference=dict(cfg.reference),
                                       reference_note=cfg.reference_note)
     figures = {}
     for s in results:
-        curves = {t: results[s][t] for t in TRACKERS}
+        curves = {t: results[s][t] for t in trackers}
         figures[f"{s}_success.png"] = functools.partial(report.success_figure, curves, s)
         figures[f"{s}_precision.png"] = functools.partial(report.precision_figure, curves, s)
         markdown += f"\n![success plot, {s}]({s}_success.png) " \
                     f"![precision plot, {s}]({s}_precision.png)\n"
     if strips:
-        preds = {t: results["generated-test"][t][0]["boxes"] for t in ("random", "box-siam")}
-        figures["strips.png"] = functools.partial(report.strip_figure, strips, preds,
+        figures["strips.png"] = functools.partial(report.strip_figure, strips, strip_boxes,
                                                   cfg.strip_frames)
         markdown += "\n![frames with the true (green) and tracked boxes](strips.png)\n"
-    for rows in results.values():
-        for r in rows["random"] + rows["box-siam"]:
-            r.pop("boxes", None)
-    payload = {"experiment": "box-siam", "train_sequences": len(data.train),
+    payload = {"experiment": cfg.experiment, "train_sequences": len(data.train),
                "eval_sets": {s: len(v) for s, v in data.eval_sets.items()},
                "training": training, "tables": results, "summary": summary,
                "reference": dict(cfg.reference)}

@@ -4,21 +4,24 @@ stage of each Siamese tracker, and the per-sequence evaluation cache.
     <workdir>/data/<split>-<hash>             the generated benchmark (its spec + seed)
     <workdir>/box-siam-s<seed>-<hash>         SiamFC trained on boxes (checkpoints, metrics)
     <workdir>/eval-<tracker>-<hash>/<set>/    one JSON per sequence (boxes, seconds per
-                                              frame): a stopped evaluation resumes at the
-                                              first sequence without one
+                                              frame) in an `ItemCache`: a stopped
+                                              evaluation resumes at the first sequence
+                                              without one
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import shutil
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from etils import epath
 
-from ebm_jax.io import CorruptFileError, atomic_write, read_json
+from ebm_jax.io import CorruptFileError, read_json
+from ebm_jax.recipes.item_cache import ItemCache
+from ebm_jax.tracking.siamfc import SiamFCSettings
 
 if TYPE_CHECKING:
     from ebm_jax.recipes.tracking import Config
@@ -94,21 +97,34 @@ def open_data(cfg: Config, ctx) -> TrackingData:
     return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
 
 
+class Trained(NamedTuple):
+    """One arm's model of one seed: `identity` names it in its evaluation's identity
+    ({"trained": the training stage's identity}, or what an untrained start is the start
+    of); `figures` are its training's (None when nothing was trained); `stage` is the
+    training stage's name (None when untrained)."""
+
+    model: Any
+    identity: dict
+    figures: Any = None
+    stage: str | None = None
+
+
+# SiamFC's published tracking and training settings (REFERENCE.md sec. 4): a value, not
+# a config field (nothing here is tuned)
+SIAMFC = SiamFCSettings()
+
+
 def training_identity(cfg: Config, data_identity, seed: int) -> dict:
     return {"data": data_identity, "width": cfg.width, "steps": cfg.steps,
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
-            "max_gap": cfg.max_gap, "settings": dataclasses.asdict(settings_of(cfg)),
+            "max_gap": cfg.max_gap, "settings": dataclasses.asdict(SIAMFC),
             "seed": seed}
 
 
-def settings_of(cfg: Config):
-    from ebm_jax.tracking.siamfc import SiamFCSettings
-
-    return SiamFCSettings()
-
-
 def build_model(cfg: Config, ctx, stage_name: str):
+    """AlexNet of `cfg.width` with the initial weights of stage `stage_name` (the random
+    backbone baseline of that stage)."""
     from flax import nnx
 
     from ebm_jax.models.alexnet import SiamFCAlexNet
@@ -117,12 +133,11 @@ def build_model(cfg: Config, ctx, stage_name: str):
 
 
 def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int, *, sequences=None,
-                   data_identity=None, name: str | None = None):
-    """The Box-Siam stage of one training seed (resumes); returns (stage name, its
-    identity, StageFigures, the trained model). Its start is the random backbone
-    baseline of the same seed (`build_model` with the same stage name). `sequences`
-    (with `data_identity` and `name`) replace the training split: a subset of it, or
-    the same frames with other boxes (BCE-Siam's pseudo boxes)."""
+                   data_identity=None, name: str | None = None) -> Trained:
+    """The Box-Siam stage of one training seed (resumes). Its start is the random
+    backbone baseline of the same seed (`build_model` with the same stage name).
+    `sequences` (with `data_identity` and `name`) replace the training split: a subset
+    of it, or the same frames with other boxes (BCE-Siam's pseudo boxes)."""
     import optax
 
     from ebm_jax.data.tracking_pairs import pair_batches
@@ -146,16 +161,16 @@ def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int, *, sequences
     opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay),
                       optax.sgd(schedule, momentum=cfg.momentum))
     graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
-    step = make_train_step(graphdef, make_siamfc_loss(settings_of(cfg)), opt, ctx.mesh)
-    s = settings_of(cfg)
+    step = make_train_step(graphdef, make_siamfc_loss(SIAMFC), opt, ctx.mesh)
     batches = pair_batches(sequences, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
                            seed=ctx.seed_of(name, "pairs"),
-                           exemplar_size=s.exemplar_size, search_size=s.search_size,
-                           context=s.context)
+                           exemplar_size=SIAMFC.exemplar_size,
+                           search_size=SIAMFC.search_size, context=SIAMFC.context)
     ctx.log(f"stage {name}: {cfg.steps} steps of {cfg.batch_size} pairs from "
             f"{batches.num_sequences} sequences ({batches.num_frames} usable frames)")
     state, figures = stage.run(ctx, state, step, batches)
-    return name, stage.full_identity, figures, merge_model(graphdef, state)
+    return Trained(merge_model(graphdef, state), {"trained": stage.full_identity}, figures,
+                   name)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -166,13 +181,13 @@ def static_boxes(seq) -> tuple[np.ndarray, np.ndarray]:
     return np.repeat(np.asarray(seq.boxes[:1], np.float64), len(seq), axis=0), np.zeros(len(seq))
 
 
-def siamfc_runner(model, cfg: Config):
-    """`run(seq) -> (boxes, seconds)` of SiamFC with `model`'s features; compiled for
-    each frame size before its first timed frame."""
+def siamfc_runner(model, settings: SiamFCSettings = SIAMFC):
+    """`run(seq) -> (boxes, seconds)` of SiamFC (its scale search, `settings`) with
+    `model`'s features; compiled for each frame size before its first timed frame."""
     from ebm_jax.tracking.siamfc import make_tracker, model_embed, track_sequence
 
     embed, params = model_embed(model)
-    tracker = make_tracker(embed, settings_of(cfg))
+    tracker = make_tracker(embed, settings)
     warmed: set = set()
 
     def run(seq):
@@ -189,63 +204,45 @@ def siamfc_runner(model, cfg: Config):
 
 def evaluate(ctx, tracker_name: str, identity: dict, eval_set: str, sequences, run,
              *, progress_desc: str) -> list[dict]:
-    """Tracks every sequence (cached one JSON per sequence, so that a stopped
-    evaluation resumes); returns [{"name", "boxes", "seconds"}] in order."""
+    """Tracks every sequence (cached one JSON per sequence in an `ItemCache`, so that a
+    stopped evaluation resumes); returns [{"name", "boxes", "seconds"}] in order."""
     from tqdm.auto import tqdm
 
-    stage_dir = ctx.stage_dir(f"eval-{tracker_name}", identity)
-    set_dir = stage_dir / eval_set
-    if ctx.should_restart(set_dir) and set_dir.exists():
-        shutil.rmtree(set_dir)
-    if ctx.writer:
-        set_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(stage_dir / "identity.json", json.dumps(identity, indent=1) + "\n")
+    cache = ItemCache(ctx, ctx.stage_dir(f"eval-{tracker_name}", identity), identity,
+                      folder=eval_set, what="cached tracking result")
     out = []
     for seq in tqdm(sequences, desc=progress_desc, disable=not ctx.progress, leave=False):
-        path = set_dir / f"{seq.name}.json"
-        rec = read_sequence_result(path, seq, ctx.log) if path.exists() else None
-        if rec is not None:
-            out.append(rec)
-            continue
-        boxes, seconds = run(seq)
-        rec = {"name": seq.name, "frames": len(seq),
-               "boxes": np.round(np.asarray(boxes, np.float64), 4).tolist(),
-               "seconds": np.asarray(seconds, np.float64).round(6).tolist()}
-        if ctx.writer:
-            atomic_write(path, json.dumps(rec) + "\n")
+        rec = cache.load(f"{seq.name}.json", functools.partial(read_sequence_result,
+                                                               seq=seq))
+        if rec is None:
+            boxes, seconds = run(seq)
+            rec = {"name": seq.name, "frames": len(seq),
+                   "boxes": np.round(np.asarray(boxes, np.float64), 4).tolist(),
+                   "seconds": np.asarray(seconds, np.float64).round(6).tolist()}
+            cache.save(f"{seq.name}.json", json.dumps(rec) + "\n")
         out.append(rec)
     return out
 
 
-def read_sequence_result(path, seq, log) -> dict | None:
-    """The cached result of `seq` in `path`, or None when it must be computed (again): a
-    result of another length (the sequence changed), or a file that is corrupt (cut
-    short, garbled, boxes or times of the wrong shape or not finite), which gets one
-    warning line through `log`. A corrupt cache is never returned."""
-    try:
-        rec = read_json(path, what="cached tracking result",
-                        fix="tracking the sequence again")
-        if not isinstance(rec, dict) or not isinstance(rec.get("frames"), int):
-            raise CorruptFileError(f"cached tracking result {path} is not a result "
-                                   "(no frame count); tracking the sequence again")
-        if rec["frames"] != len(seq):
-            return None
-        with np.errstate(invalid="ignore"):
-            boxes = np.asarray(rec.get("boxes"), np.float64)
-            seconds = np.asarray(rec.get("seconds"), np.float64)
-        if (rec.get("name") != seq.name or boxes.shape != (len(seq), 4)
-                or seconds.shape != (len(seq),) or not np.isfinite(seconds).all()
-                or (seconds < 0).any()):
-            raise CorruptFileError(f"cached tracking result {path} does not hold "
-                                   f"{len(seq)} boxes and times of sequence {seq.name!r}; "
-                                   "tracking the sequence again")
-    except CorruptFileError as error:
-        log(f"warning: {error}")
+def read_sequence_result(path, seq) -> dict | None:
+    """The cached result of `seq` in `path`; None for a result of another length (the
+    sequence changed); CorruptFileError for a file that is corrupt (cut short,
+    garbled, boxes or times of the wrong shape or not finite)."""
+    rec = read_json(path, what="cached tracking result", fix="tracking the sequence again")
+    if not isinstance(rec, dict) or not isinstance(rec.get("frames"), int):
+        raise CorruptFileError(f"cached tracking result {path} is not a result "
+                               "(no frame count); tracking the sequence again")
+    if rec["frames"] != len(seq):
         return None
-    except (OSError, TypeError, ValueError) as error:
-        log(f"warning: cached tracking result {path} is not readable ({error}); tracking "
-            "the sequence again")
-        return None
+    with np.errstate(invalid="ignore"):
+        boxes = np.asarray(rec.get("boxes"), np.float64)
+        seconds = np.asarray(rec.get("seconds"), np.float64)
+    if (rec.get("name") != seq.name or boxes.shape != (len(seq), 4)
+            or seconds.shape != (len(seq),) or not np.isfinite(seconds).all()
+            or (seconds < 0).any()):
+        raise CorruptFileError(f"cached tracking result {path} does not hold "
+                               f"{len(seq)} boxes and times of sequence {seq.name!r}; "
+                               "tracking the sequence again")
     return rec
 
 

@@ -17,7 +17,7 @@ from ebm_jax.report.output import (
     check_out,
     write_results,
 )
-from ebm_jax.report.tables import fmt, markdown_table, mean_sd
+from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
 
-__all__ = ["MANIFEST", "Report", "check_out", "fmt", "markdown_table", "mean_sd",
+__all__ = ["MANIFEST", "Report", "check_out", "fmt", "markdown_table", "mean_sd_cell",
            "write_results"]

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ebm_jax.report.tables import fmt, markdown_table, paired_difference, signed_points
+from ebm_jax.report.statistics import paired_difference
+from ebm_jax.report.tables import fmt, markdown_table, signed_points
 
 TITLES = {
     "main": "Linear evaluation of frozen features",

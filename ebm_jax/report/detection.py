@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ebm_jax.report.tables import markdown_table, paired_difference, signed_points
+from ebm_jax.report.statistics import paired_difference
+from ebm_jax.report.tables import markdown_table, signed_points
 
 TITLES = {"table2": "Table 2: methods", "m": "Figures 3 and 4: AP (and s / iter) against M",
           "beta": "Figure 5: NCE+ against beta", "sigma": "Table 3: NCE sigmas"}

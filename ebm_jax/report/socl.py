@@ -17,58 +17,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ebm_jax.report import Report
-from ebm_jax.report.tables import fmt, markdown_table, mean_sd
+from ebm_jax.report.statistics import paired_seeds_and_sequences
+from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
 
 GOT10K_FRAMES = 1.4e6  # boxes in GOT-10k's train split (the paper's Table 4)
 METRICS = (("auc", "AUC"), ("precision", "prec. @20px"), ("ao", "AO"), ("sr50", "SR0.5"),
            ("sr75", "SR0.75"))
-PAPER = {
-    "table1": "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST 60.9 (each step helps)",
-    "figure7": "small theta_b or theta_p hurt; theta_b = 0.8, b_p = 0.6 chosen",
-    "figure8": "BCE-Siam on pseudo boxes is below SoCL-Siam at every alpha",
-    "table2": "OTB-15 AUC at 110/220/440/880 h: Box-Siam 51.7/54.0/55.2/57.0, "
-              "SoCL-Siam 53.3/54.9/56.5/57.8 (SoCL ahead at every budget)",
-    "table6": "points shifted 20 px cost 0.2-0.8 AUC points",
-    "table4": "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points $7.0k and 883 h; "
-              "training SiamFC 8 h, SoCL 24 h on a V100 at $0.90/h",
-}
-
-
-def paired(a: Sequence[dict], b: Sequence[dict]) -> dict:
-    """a - b in AUC: per seed (matched by seed) and per sequence (seed-averaged)."""
-    seeds = sorted({r["seed"] for r in a} & {r["seed"] for r in b})
-    ra = {r["seed"]: r for r in a}
-    rb = {r["seed"]: r for r in b}
-    d = np.asarray([ra[s]["auc"] - rb[s]["auc"] for s in seeds], np.float64)
-    seq = (np.mean([ra[s]["sequence_auc"] for s in seeds], 0)
-           - np.mean([rb[s]["sequence_auc"] for s in seeds], 0))
-    se_seed = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else None
-    se_seq = float(seq.std(ddof=1) / np.sqrt(len(seq))) if len(seq) > 1 else None
-    real = (se_seed is not None and se_seq is not None
-            and abs(d.mean()) > 2 * max(se_seed, se_seq))
-    return {"mean": float(d.mean()), "se_seeds": se_seed, "se_sequences": se_seq,
-            "per_seed": d.tolist(), "real": bool(real), "seeds": seeds}
-
-
-def comparisons(experiment: str, labels: Sequence[str]) -> list[tuple[str, str]]:
-    """The (a, b) pairs each experiment is about: a - b."""
-    if experiment == "table1":
-        steps = [(labels[i], labels[i - 1]) for i in range(1, 4)]
-        return steps + [(labels[3], labels[0]), (labels[3], labels[4])]
-    if experiment == "figure7":
-        base = {lab.split("=")[0]: lab for lab in labels if lab in ("theta_b=0.8", "b_p=0.6")}
-        return [(lab, base[lab.split("=")[0]]) for lab in labels
-                if lab.split("=")[0] in base and lab != base[lab.split("=")[0]]]
-    if experiment == "figure8":
-        return [("SoCL-Siam", lab) for lab in labels if lab.startswith("BCE")] + [
-            ("SoCL-Siam", "random backbone")]
-    if experiment == "table2":
-        return [(labels[i + 1], labels[i]) for i in range(0, len(labels), 2)]
-    if experiment == "table6":
-        return [(labels[1], labels[0])]
-    return [(labels[1], labels[0])]
-
-
 def _verdict(p: dict) -> str:
     if p["se_seeds"] is None:
         return "one seed: no error bar"
@@ -170,7 +124,11 @@ def top_recall(tops: Mapping, train, ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
 
 
 def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
-                tops: Mapping, train, budget: Mapping | None) -> Report:
+                pairs: Sequence[tuple[str, str]], paper: str, tops: Mapping, train,
+                budget: Mapping | None) -> Report:
+    """The table of `arms` (mean +- sd over seeds), the paired differences a - b of
+    `pairs` (the experiment's table says which), the paper's figures (`paper`), TOP-map
+    recall and times, budgets and fees, and the plot of the experiment."""
     labels = [a.label for a in arms]
     exp = cfg.experiment
     spread = f"mean +- sd over seeds {list(cfg.seeds)}" if len(cfg.seeds) > 1 else "one seed"
@@ -179,7 +137,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     for lab in labels:
         rs = rows[lab]
         secs = [t.get("seconds") for t in training[lab] if t.get("seconds")]
-        body.append([lab] + [mean_sd([r[k] for r in rs], ".1f", 100) for k, _ in METRICS]
+        body.append([lab] + [mean_sd_cell([r[k] for r in rs], ".1f", 100) for k, _ in METRICS]
                     + [" / ".join(fmt(r["auc"], ".1f", 100) for r in rs),
                        fmt(np.mean(secs), ".0f") if secs else "-"])
     body.append(["never moves (first box)"] + [fmt(static_row[k], ".1f", 100)
@@ -189,14 +147,14 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
           f"Generated test split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]
-    pairs = {f"{a} - {b}": paired(rows[a], rows[b]) for a, b in comparisons(exp, labels)}
+    diffs = {f"{a} - {b}": paired_seeds_and_sequences(rows[a], rows[b]) for a, b in pairs}
     lines = [f"- {k}: AUC {100 * p['mean']:+.1f} (se {fmt(p['se_seeds'], '.1f', 100)} over "
              f"seeds, {fmt(p['se_sequences'], '.1f', 100)} over sequences): {_verdict(p)}."
-             for k, p in pairs.items()]
+             for k, p in diffs.items()]
     md.append("Paired differences:\n\n" + "\n".join(lines) + "\n")
-    md.append(f"The paper: {PAPER[exp]}.\n")
-    payload = {"experiment": f"socl-{exp}", "arms": [a.__dict__ for a in arms],
-               "tables": {"arms": rows, "static": static_row}, "paired": pairs,
+    md.append(f"The paper: {paper}.\n")
+    payload = {"experiment": f"socl-{exp}", "arms": [a.describe() for a in arms],
+               "tables": {"arms": rows, "static": static_row}, "paired": diffs,
                "training": training, "budget": budget}
     figures = {}
     if budget:

@@ -2,9 +2,10 @@
 (Wu et al. 2013, with the GOT-10k toolkit's definitions), GOT-10k's AO and SR (Huang et
 al. 2019), and strips of frames with the true and tracked boxes.
 
-A summary is {eval set: {tracker: {metric: {"mean", "sd"}}, "box-siam vs static":
-{"mean", "se", "num_sequences"}, ...}}, the sd over training seeds (None for one seed)
-and the paired differences' standard error over sequences.
+A summary is {eval set: {tracker: {metric: {"mean", "sd"}}, "<a> vs <b>": {"mean",
+"se", "num_sequences"}, ...}} (the pairs of the experiment's table), the sd over
+training seeds (None for one seed) and the paired differences' standard error over
+sequences (`ebm_jax.report.statistics`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ebm_jax.report.tables import fmt, markdown_table
 
 LABELS = {"static": "never moves (first box)", "random": "SiamFC, random backbone",
           "box-siam": "Box-Siam (SiamFC on boxes)"}
+SHORT = {"box-siam": "Box-Siam"}  # in the paired differences' lines
 COLOURS = {"static": "tab:grey", "random": "tab:blue", "box-siam": "tab:red"}
 METRICS = (("auc", "AUC", 100), ("precision", "prec. @20px", 100),
            ("norm_precision", "norm. prec.", 100), ("ao", "AO", 100),
@@ -32,26 +34,28 @@ def _cell(m: Mapping, scale: float) -> str:
     return f"{fmt(m['mean'], spec, scale)} +- {fmt(m['sd'], spec, scale)}"
 
 
-def report_markdown(summary: Mapping, *, title: str, seeds: Sequence[int],
-                    reference: Mapping[str, str] | None = None,
+def report_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]], *, title: str,
+                    seeds: Sequence[int], reference: Mapping[str, str] | None = None,
                     reference_note: str = "") -> str:
-    """One table per evaluation set, then the paired differences in AUC."""
+    """One table per evaluation set (its trackers in the summary's order), then the
+    paired differences in AUC of `pairs` (a, b): a - b."""
     parts = [f"## {title}\n"]
     spread = "mean +- sd over the training seeds" if len(seeds) > 1 else "one seed"
+    compared = {f"{a} vs {b}" for a, b in pairs}
     for set_name, rows in summary.items():
-        body = [[LABELS[t]] + [_cell(rows[t][k], s) for k, _, s in METRICS]
-                for t in LABELS if t in rows]
+        body = [[LABELS.get(t, t)] + [_cell(rows[t][k], s) for k, _, s in METRICS]
+                for t in rows if t not in compared]
         parts.append(f"### {set_name} ({spread}; scores in %)\n\n"
                      + markdown_table(["tracker"] + [h for _, h, _ in METRICS], body,
                                       align="l" + "r" * len(METRICS)))
         lines = []
-        for other in ("static", "random"):
-            d = rows.get(f"box-siam vs {other}")
+        for a, b in pairs:
+            d = rows.get(f"{a} vs {b}")
             if d and d.get("se") is not None:
                 z = d["mean"] / d["se"] if d["se"] > 0 else float("inf")
                 verdict = ("a difference beyond 2 standard errors" if abs(z) > 2
                            else "not a difference beyond 2 standard errors")
-                lines.append(f"- Box-Siam - {LABELS[other]}: AUC "
+                lines.append(f"- {SHORT.get(a, LABELS.get(a, a))} - {LABELS.get(b, b)}: AUC "
                              f"{100 * d['mean']:+.1f} +- {100 * d['se']:.1f} (standard "
                              f"error over {d['num_sequences']} sequences, paired): "
                              f"{verdict}.")
@@ -74,10 +78,11 @@ def _curves_figure(rows: Mapping[str, list[dict]], set_name: str, key: str, x, x
             continue
         curves = np.asarray([r[key] for r in runs], np.float64)
         mean = curves.mean(0)
-        ax.plot(x, mean, color=COLOURS[t],
-                label=f"{LABELS[t]} [{label_value(runs):.3f}]")
+        line, = ax.plot(x, mean, color=COLOURS.get(t),
+                        label=f"{LABELS.get(t, t)} [{label_value(runs):.3f}]")
         if len(curves) > 1:
-            ax.fill_between(x, curves.min(0), curves.max(0), color=COLOURS[t], alpha=0.2)
+            ax.fill_between(x, curves.min(0), curves.max(0), color=line.get_color(),
+                            alpha=0.2)
     ax.set(xlabel=xlabel, ylabel=ylabel, xlim=(x[0], x[-1]), ylim=(0, 1),
            title=f"{set_name}")
     ax.grid(alpha=0.3)
@@ -115,7 +120,7 @@ def strip_figure(sequences, preds: Mapping[str, Mapping[str, list]], num_frames:
         for ax, t in zip(axes[i], idx):
             ax.imshow(seq.read_frame(int(t)))
             boxes = [("true", "lime", seq.boxes[t])] + [
-                (name, COLOURS[name], np.asarray(p[seq.name][t]))
+                (name, COLOURS.get(name, "tab:orange"), np.asarray(p[seq.name][t]))
                 for name, p in preds.items() if seq.name in p]
             for _, colour, b in boxes:
                 if np.all(np.isfinite(b)):  # xywh, 1-indexed: the pixel edge is x - 1.5
@@ -125,7 +130,8 @@ def strip_figure(sequences, preds: Mapping[str, Mapping[str, list]], num_frames:
             ax.set_yticks([])
             ax.set_title(f"{seq.name} #{t + 1}", fontsize=6)
     handles = [Rectangle((0, 0), 1, 1, fill=False, edgecolor=c, label=lab) for lab, c in
-               [("true", "lime")] + [(LABELS[n], COLOURS[n]) for n in preds]]
+               [("true", "lime")] + [(LABELS.get(n, n), COLOURS.get(n, "tab:orange"))
+                                     for n in preds]]
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig

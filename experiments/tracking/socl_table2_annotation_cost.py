@@ -10,13 +10,13 @@ SiamFC's AlexNet is trained from scratch on the generated train split and tracks
 generated test split (disjoint photos) with the SiamFC tracker; AUC, precision, AO and
 SR as mean +- sd over three training seeds.
 
-Variants: quick (110 train sequences of 40 frames (2080 annotated frames) at 320x240, 30 test sequences; AlexNet width 0.25;
+Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (110 train sequences of 40 frames (2080 annotated frames) at 320x240, 30 test sequences; AlexNet width 0.25;
 batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
 (seconds; the tests), paper (the published net and schedule: width 1.0, batch 192 =
 96 videos; a GPU; on GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
 """
 
-from ebm_jax.recipes.socl import Config
+from ebm_jax.recipes.socl import Config, preset
 
 VARIANTS = ("quick", "tiny", "paper")
 
@@ -25,21 +25,11 @@ REFERENCE = (("OTB-15 AUC, Box-Siam at 110/220/440/880 h", "51.7 / 54.0 / 55.2 /
 
 
 def get_config(variant: str) -> Config:
-    if variant == "tiny":
-        return Config(experiment="table2", num_train_sequences=12, num_test_sequences=2, num_frames=8,
-                      frame_height=96, frame_width=128, width=0.125, steps=2, batch_size=2,
-                      socl_steps=2, videos=2, input_size=95, context_side=64.0,
-                      annotate_every=2, seeds=(0,), strip_sequences=0,
-                      theta_b_sweep=(0.5, 0.8), b_p_sweep=(0.6,), alphas=(0.5,), budgets_hours=(0.012, 0.024))
-    if variant == "paper":
-        # GOT-10k train: 1000 epochs of 9335 videos / 96 per batch, lr x 0.1 at 500
-        return Config(experiment="table2", num_train_sequences=500,
-                      num_test_sequences=100, num_frames=150, frame_height=360,
-                      frame_width=480, width=1.0, steps=41_560, batch_size=8,
-                      socl_steps=97_240, videos=96, input_size=255, context_side=255.0,
-                      annotate_every=1, points_from_boxes=True, seeds=(0, 1, 2),
-                      reference=REFERENCE)
-    # 110 sequences: the top budget (1.26 h, 8x the lowest as in the paper) buys about
-    # 2000 points, more than 100 sequences annotate
-    return Config(experiment="table2", num_train_sequences=110, num_frames=40,
-                  budgets_hours=(0.16, 0.32, 0.63, 1.26), reference=REFERENCE)
+    return preset(
+        variant, experiment="table2",
+        tiny=dict(num_train_sequences=12, budgets_hours=(0.012, 0.024)),
+        # 110 sequences: the top budget (1.26 h, 8x the lowest as in the paper) buys about
+        # 2000 points, more than 100 sequences annotate
+        quick=dict(num_train_sequences=110, num_frames=40,
+                   budgets_hours=(0.16, 0.32, 0.63, 1.26), reference=REFERENCE),
+        paper=dict(reference=REFERENCE))

@@ -84,10 +84,12 @@ def test_arms_of_every_experiment():
     assert labels["figure8"] == ["BCE-Siam alpha=0.5", "SoCL-Siam", "random backbone"]
     assert labels["table2"] == ["Box-Siam 0.012 h", "SoCL-Siam 0.012 h", "Box-Siam 0.024 h",
                                 "SoCL-Siam 0.024 h"]
-    assert [a.points for a in recipe.arms_of(tiny("table6"))] == ["clean", "noisy"]
+    assert [dict(a.about)["points"] for a in recipe.arms_of(tiny("table6"))] == ["clean",
+                                                                           "noisy"]
     assert labels["table4"] == ["Box-Siam", "SoCL-Siam"]
     gst = recipe.arms_of(tiny())[0]
-    assert dict(gst.socl) == {"use_sns": False, "use_mix": False, "use_lst": False}
+    assert dict(dict(gst.about)["socl"]) == {"use_sns": False, "use_mix": False,
+                                             "use_lst": False}
 
 
 def test_budget_subset_spends_whole_sequences_in_one_order():

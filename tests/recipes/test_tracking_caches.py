@@ -2,33 +2,14 @@
 garbled, of the wrong shape) counts as missing, is computed again with one warning line
 and replaced whole; it is never returned as a result."""
 
-import io
 import json
-import types
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from ebm_jax.data.sequences import read_got10k
 from ebm_jax.recipes import socl_stages, tracking_stages
 from ebm_jax.train.stages import RunContext
-
-
-def _sequences(root, n=3, names=("a", "b")):
-    for name in names:
-        folder = root / name
-        folder.mkdir(parents=True)
-        for i in range(n):
-            buf = io.BytesIO()
-            Image.new("RGB", (32, 24), (40 * i, 90, 200)).save(buf, "JPEG")
-            (folder / f"{i + 1:08d}.jpg").write_bytes(buf.getvalue())
-        boxes = np.array([[2 + i, 3, 10, 8] for i in range(n)], float)
-        (folder / "groundtruth.txt").write_text(
-            "".join(",".join(f"{v:g}" for v in b) + "\n" for b in boxes))
-        centres = boxes[:, :2] + (boxes[:, 2:] - 1) / 2
-        (folder / "points.txt").write_text("".join(f"{x},{y}\n" for x, y in centres))
-    return read_got10k(root)
+from tests.recipes.small_sequences import small_sequences
 
 
 CORRUPT = ["", "{\"name\": \"a\", \"fra", "\x00\x01garbage", "[1, 2]",
@@ -40,7 +21,7 @@ CORRUPT = ["", "{\"name\": \"a\", \"fra", "\x00\x01garbage", "[1, 2]",
 
 @pytest.mark.parametrize("content", CORRUPT)
 def test_a_corrupt_sequence_result_is_tracked_again(tmp_path, content):
-    seqs = _sequences(tmp_path / "data")
+    seqs = small_sequences(tmp_path / "data")
     lines, calls = [], []
 
     def run(seq):
@@ -67,7 +48,7 @@ def test_a_corrupt_sequence_result_is_tracked_again(tmp_path, content):
 def test_a_corrupt_top_cache_is_computed_again(tmp_path, monkeypatch, content):
     from ebm_jax.tracking import top_maps
 
-    keep = socl_stages.top_settings(None).keep
+    keep = socl_stages.TOP_SETTINGS.keep
     calls = []
 
     def fake_top_boxes(frame, point, settings, seed):
@@ -75,17 +56,16 @@ def test_a_corrupt_top_cache_is_computed_again(tmp_path, monkeypatch, content):
         return np.tile([[1.0, 1.0, 5.0, 5.0]], (2, 1)), np.array([0.9, 0.5])
 
     monkeypatch.setattr(top_maps, "top_boxes", fake_top_boxes)
-    seqs = _sequences(tmp_path / "data")
+    seqs = small_sequences(tmp_path / "data")
     lines = []
     ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lines.append)
-    cfg = types.SimpleNamespace(annotate_every=1)
-    first = socl_stages.top_cache(cfg, ctx, seqs, {"d": 1}, "clean")
+    first = socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1)
     assert len(calls) == 6
     (stage,) = (tmp_path / "w").glob("top-clean-*")
     path = stage / "a.npz"
     good = path.read_bytes()
     path.write_bytes(content)
-    again = socl_stages.top_cache(cfg, ctx, seqs, {"d": 1}, "clean")
+    again = socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1)
     assert len(calls) == 9  # sequence a's three frames again, b's from the cache
     for i in first:
         for k in first[i]:

@@ -1,0 +1,388 @@
+"""SiamFC with an energy-based box head (Gustafsson et al. 2020, "How to Train Your EBM
+for Regression", sec. 5: DiMP-KLD-IS / NCE / NCE+; the box branch of PrDiMP, Danelljan
+et al. 2020, and ATOM's refinement, Danelljan et al. 2019, sec. 3.2).
+
+SiamFC localises the target's centre coarsely (one scale: the previous size kept), then
+the box head refines the box by gradient ascent on its energy f in the relative box
+space (cx/w0, cy/h0, log w, log h) of the coarse estimate: the estimate plus jittered
+copies, T steps each, final box = the mean of the top k by energy.
+
+    settings = BoxHeadSettings(method="nce+")
+    loss_fn = make_box_head_loss(settings)            # training: loss_fn(net, batch, key)
+    tracker, params = make_box_head_tracker(backbone, head, settings)
+    state = tracker.init(params, frame, box_xywh)
+    state, box = tracker.update(params, state, frame)  # jitted, one trace per frame shape
+
+Boxes are xywh, 1-indexed (GOT-10k / OTB) at the public boundary; inside, xyxy in
+crop pixels (`ebm_jax.models.box_head`). Crops follow SiamFC's conventions
+(`ebm_jax.ops.crops`): the box head sees a search-size crop (255) of side
+exemplar_side x 255 / 127 around the target, the reference frame's and the test
+frame's alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ebm_jax.energy.boxes import ascend_boxes, make_tracking_box_loss
+from ebm_jax.ops.boxes import decode_relative, encode_relative
+from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square, exemplar_side
+from ebm_jax.tracking.siamfc import SiamFCSettings, Tracker, make_tracker
+
+# fold_in purposes of the training step's key and of the tracker's key
+_CROPS, _LOSS = 0, 1
+_SHIFT, _SCALE = 0, 1
+_JITTER = 0
+
+TRACKING_METHODS = ("ml-is", "kld-is", "nce", "nce+")
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxHeadSettings:
+    """The box head's hyperparameters: its loss, training, head widths and refinement.
+
+    Loss (the paper's sec. 5 and REFERENCE.md): `method` one of ml-is, kld-is, nce, nce+;
+    M = `num_samples` proposals in the relative space from an equal-weight Gaussian
+    mixture of `sigmas`; `label_sigma` the KLD-IS label density's std (PrDiMP: 0.05);
+    `beta` NCE+'s scale of the sigmas for the perturbed label (inferred for tracking:
+    0.1).
+    Training: `steps` Adam steps of learning rate `lr` on `batch_size` pairs fewer than
+    `max_gap` frames apart; the test crop is moved by U[-center_jitter, center_jitter]
+    x sqrt(w h) of the target per axis and its side scaled by exp(U[-scale_jitter,
+    scale_jitter]); the reference crop is centred on the target.
+    Head (`BoxEnergyHead`): `width`, `hidden`, `pool_size`, `ref_pool_size`.
+    Refinement: the coarse estimate plus `num_candidates - 1` copies jittered by
+    (U - 0.5) x (jitter_center, jitter_center, jitter_size, jitter_size) in the relative
+    space (PrDiMP's box_jitter_pos 0.1 and box_jitter_sz 0.5, there relative to
+    sqrt(w h)), `refine_steps` steps y <- y + step_lengths * grad_y f, (l_c, l_c, l_s,
+    l_s) in the relative space of the estimate (cx / w0, cy / h0, log w, log h), the
+    space of PrDiMP's 2.5e-3 (the default). There 2.5e-3 is one Newton step on an
+    energy of curvature 1 / 0.05^2, the KLD-IS label density's, which is what KLD-IS
+    trains f towards; NCE and NCE+ learn a sharper f near the target (the annotation's
+    own spread), on which that step can overshoot, so by default a step that lowers f
+    is undone and that box's steps halve (`reject_decreasing`, the detection
+    refinement's rule; PrDiMP takes every step). The step lengths belong to a
+    validation split. Final box: the mean (in the relative space) of the `top_k`
+    candidates of highest f; its size is kept in
+    [min_size px, the frame's size] and its centre inside the frame.
+    """
+
+    method: str = "nce+"
+    num_samples: int = 128
+    sigmas: tuple[float, ...] = (0.05, 0.5)
+    label_sigma: float = 0.05
+    beta: float = 0.1
+    steps: int = 1000
+    batch_size: int = 8
+    lr: float = 1e-3
+    max_gap: int = 100
+    center_jitter: float = 0.25
+    scale_jitter: float = 0.15
+    width: int = 32
+    hidden: int = 64
+    pool_size: int = 3
+    ref_pool_size: int = 3
+    num_candidates: int = 10
+    refine_steps: int = 10
+    step_lengths: tuple[float, ...] = (2.5e-3, 2.5e-3, 2.5e-3, 2.5e-3)
+    jitter_center: float = 0.1
+    jitter_size: float = 0.5
+    top_k: int = 3
+    reject_decreasing: bool = True
+    min_size: float = 4.0
+
+    def __post_init__(self):
+        if self.method not in TRACKING_METHODS:
+            raise ValueError(f"BoxHeadSettings.method must be one of {TRACKING_METHODS}, "
+                             f"got {self.method!r}")
+        for name, low in (("num_samples", 1), ("steps", 1), ("batch_size", 1),
+                          ("max_gap", 1), ("width", 1), ("hidden", 1), ("pool_size", 1),
+                          ("ref_pool_size", 1), ("num_candidates", 1),
+                          ("refine_steps", 0), ("top_k", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ValueError(f"BoxHeadSettings.{name} must be an integer >= {low}, "
+                                 f"got {v!r}")
+        if self.top_k > self.num_candidates:
+            raise ValueError(f"BoxHeadSettings.top_k must be in [1, num_candidates = "
+                             f"{self.num_candidates}], got {self.top_k}")
+        sigmas = _floats(self.sigmas)
+        if not sigmas or not all(math.isfinite(s) and s > 0 for s in sigmas):
+            raise ValueError(f"BoxHeadSettings.sigmas must be one or more numbers > 0, got "
+                             f"{self.sigmas!r}")
+        object.__setattr__(self, "sigmas", sigmas)
+        lengths = _floats(self.step_lengths)
+        if len(lengths) not in (1, 4) or not all(math.isfinite(s) and s > 0
+                                                 for s in lengths):
+            raise ValueError(f"BoxHeadSettings.step_lengths must be 1 or 4 numbers > 0 "
+                             f"(cx, cy, log w, log h), got {self.step_lengths!r}")
+        object.__setattr__(self, "step_lengths", lengths)
+        for name, open_low in (("label_sigma", True), ("beta", True), ("lr", True),
+                               ("min_size", True), ("center_jitter", False),
+                               ("scale_jitter", False), ("jitter_center", False),
+                               ("jitter_size", False)):
+            v = getattr(self, name)
+            ok = (isinstance(v, (int, float, np.floating)) and not isinstance(v, bool)
+                  and math.isfinite(v) and (
+                      v > 0 if open_low else v >= 0))
+            if not ok:
+                raise ValueError(f"BoxHeadSettings.{name} must be a number "
+                                 f"{'> 0' if open_low else '>= 0'}, got {v!r}")
+        if not isinstance(self.reject_decreasing, bool):
+            raise ValueError(f"BoxHeadSettings.reject_decreasing must be True or False, "
+                             f"got {self.reject_decreasing!r}")
+
+    @property
+    def loss_hyperparameters(self) -> dict:
+        """The hyperparameters of `method`'s loss (`ebm_jax.energy.make_loss`)."""
+        hp = {"sigmas": self.sigmas}
+        if self.method == "kld-is":
+            hp["label_sigma"] = self.label_sigma
+        if self.method == "nce+":
+            hp["beta"] = self.beta
+        return hp
+
+
+def _floats(values) -> tuple:
+    """`values` (one number or several) as a tuple of floats; () where they are not
+    numbers (which the caller's check then names)."""
+    try:
+        return tuple(float(v) for v in np.atleast_1d(np.asarray(values, np.float64)))
+    except (TypeError, ValueError):
+        return ()
+
+
+# ---------------------------------------------------------------- training
+
+
+def crop_box(center, size, crop_center, side, crop_size: int) -> jax.Array:
+    """xyxy box (..., 4) in the pixels of a crop of `side` frame pixels centred at
+    `crop_center` (cy, cx) resampled to `crop_size` (`crop_square`), of a target of
+    centre (cy, cx) and size (h, w) in the frame (0-indexed continuous)."""
+    scale = crop_size / side
+    mid = (crop_size - 1) / 2
+    cy = mid + (center[..., 0] - crop_center[..., 0]) * scale
+    cx = mid + (center[..., 1] - crop_center[..., 1]) * scale
+    h, w = size[..., 0] * scale, size[..., 1] * scale
+    return jnp.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1)
+
+
+def frame_box(box, crop_center, side, crop_size: int) -> tuple[jax.Array, jax.Array]:
+    """The inverse of `crop_box`: (centre (cy, cx), size (h, w)) in the frame of a crop
+    xyxy box."""
+    scale = side / crop_size
+    mid = (crop_size - 1) / 2
+    cx, cy = (box[..., 0] + box[..., 2]) / 2, (box[..., 1] + box[..., 3]) / 2
+    center = jnp.stack([crop_center[..., 0] + (cy - mid) * scale,
+                        crop_center[..., 1] + (cx - mid) * scale], axis=-1)
+    size = jnp.stack([(box[..., 3] - box[..., 1]) * scale,
+                      (box[..., 2] - box[..., 0]) * scale], axis=-1)
+    return center, size
+
+
+def box_head_crops(key, batch: dict, settings: BoxHeadSettings,
+                   siamfc: SiamFCSettings = SiamFCSettings()):
+    """The box head's training crops of B pairs (`ebm_jax.data.tracking_pairs`:
+    "z_frames"/"x_frames" (B, H, W, 3) regions, "z_boxes"/"x_boxes" (B, 4) xywh): the
+    reference crop of the z region centred on its target, the test crop of the x region
+    moved and scaled at random (`BoxHeadSettings`), both search_size crops of side
+    exemplar_side x search_size / exemplar_size (SiamFC's conventions; mean-colour
+    padding). Keys: fold_in(key, purpose) for the shift and the scale. Returns
+    (ref crops, ref boxes (B, 4), test crops, test boxes (B, 4)), boxes xyxy in crop
+    pixels. Jittable."""
+    s, size = siamfc, siamfc.search_size
+    z_boxes = jnp.asarray(batch["z_boxes"], jnp.float32)
+    x_boxes = jnp.asarray(batch["x_boxes"], jnp.float32)
+    b = z_boxes.shape[0]
+    batched_crop = jax.vmap(crop_square, in_axes=(0, 0, 0, None))
+
+    def side_of(h, w):
+        return exemplar_side(h, w, s.context) * (s.search_size / s.exemplar_size)
+
+    zcy, zcx, zh, zw = box_to_center(z_boxes)
+    z_center, z_size = jnp.stack([zcy, zcx], -1), jnp.stack([zh, zw], -1)
+    z_side = side_of(zh, zw)
+    ref = batched_crop(jnp.asarray(batch["z_frames"]), z_center, z_side, size)
+    ref_boxes = crop_box(z_center, z_size, z_center, z_side, size)
+
+    xcy, xcx, xh, xw = box_to_center(x_boxes)
+    x_center, x_size = jnp.stack([xcy, xcx], -1), jnp.stack([xh, xw], -1)
+    shift = jax.random.uniform(jax.random.fold_in(key, _SHIFT), (b, 2),
+                               minval=-settings.center_jitter,
+                               maxval=settings.center_jitter)
+    log_scale = jax.random.uniform(jax.random.fold_in(key, _SCALE), (b,),
+                                   minval=-settings.scale_jitter,
+                                   maxval=settings.scale_jitter)
+    crop_center = x_center + shift * jnp.sqrt(xh * xw)[:, None]
+    x_side = side_of(xh, xw) * jnp.exp(log_scale)
+    test = batched_crop(jnp.asarray(batch["x_frames"]), crop_center, x_side, size)
+    test_boxes = crop_box(x_center, x_size, crop_center, x_side, size)
+    return ref, ref_boxes, test, test_boxes
+
+
+def make_box_head_loss(settings: BoxHeadSettings,
+                       siamfc: SiamFCSettings = SiamFCSettings()) -> Callable:
+    """`loss_fn(net, batch, key) -> (loss, metrics)` for `make_train_step`: `net` a
+    `BoxHeadNet`, batch the pairs of `ebm_jax.data.tracking_pairs.pair_batches`;
+    `box_head_crops` (key fold_in(key, 0)), the backbone's levels of both crops, and
+    `make_tracking_box_loss(method, num_samples, ...)` on the head with the target's
+    box in the test crop (key fold_in(key, 1)). Metric: the mean energy of the target
+    box ("f_target")."""
+    box_loss = make_tracking_box_loss(settings.method, settings.num_samples,
+                                      **settings.loss_hyperparameters)
+
+    def loss_fn(net, batch, key):
+        ref, ref_boxes, test, test_boxes = box_head_crops(
+            jax.random.fold_in(key, _CROPS), batch, settings, siamfc)
+        inputs = (list(net.levels(ref)), ref_boxes, list(net.levels(test)))
+        value, metrics = box_loss(net.head, (inputs, test_boxes),
+                                  jax.random.fold_in(key, _LOSS))
+        f_target = jax.vmap(lambda x, b: net.head(x, b[None])[0])(inputs, test_boxes)
+        return value, {**metrics, "f_target": jnp.mean(jax.lax.stop_gradient(f_target))}
+
+    return loss_fn
+
+
+# ---------------------------------------------------------------- tracking
+
+
+class BoxHeadState(NamedTuple):
+    """siamfc: SiamFC's state (centre, size, template, search side, padding colour);
+    modulation: the target's modulation vectors (one per level); key: raw key data of
+    the candidates' jitter; frame: the number of updates so far."""
+
+    siamfc: Any
+    modulation: tuple
+    key: jax.Array
+    frame: jax.Array
+
+
+def _check_first_box(frame, box) -> None:
+    b = np.asarray(box, np.float64)
+    if b.shape != (4,) or not np.all(np.isfinite(b)) or np.any(b[2:] <= 0):
+        raise ValueError(f"box must be a finite xywh box with w, h > 0, got {b.tolist()}")
+    cy, cx, _, _ = box_to_center(b)
+    height, width = np.shape(frame)[:2]
+    if not (0 <= cx <= width - 1 and 0 <= cy <= height - 1):
+        raise ValueError(f"box {b.tolist()} lies outside the {width} x {height} frame "
+                         f"(its centre ({cx:g}, {cy:g}) must be on the frame)")
+
+
+def _limit(center, size, frame_shape, min_size):
+    """The centre kept on the frame, the size in [min_size, the frame's size]."""
+    height, width = frame_shape[:2]
+    size = jnp.clip(size, min_size, jnp.asarray([height, width], jnp.float32))
+    center = jnp.clip(center, 0.0, jnp.asarray([height - 1, width - 1], jnp.float32))
+    return center, size
+
+
+def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
+                          settings: BoxHeadSettings = BoxHeadSettings(),
+                          siamfc: SiamFCSettings = SiamFCSettings(), *,
+                          levels=(2, 4), refine: bool = True, seed: int = 0,
+                          jit: bool = True) -> tuple[Tracker, tuple]:
+    """(tracker, params): SiamFC (one scale, `siamfc` otherwise) with the box head's
+    refinement; params = (backbone state in eval mode, head state). `init(params, frame,
+    box)` also computes the target's modulation (the reference crop: search_size,
+    centred on the box). `update(params, state, frame) -> (state, box)`: SiamFC's
+    coarse centre with the previous size; with `refine`, a search_size crop centred
+    there, the head's test features, `num_candidates` starting boxes (the estimate and
+    jittered copies, keys fold_in(fold_in(key(seed), frame), 0)), `ascend_boxes`, the
+    mean of the top k; then the size and centre limits of `BoxHeadSettings` (a
+    non-finite refined box falls back to the coarse one). `refine=False` gives the
+    coarse box (for timing the refinement). Both are jitted unless `jit=False`.
+    Boxes are xywh (1-indexed)."""
+    model = nnx.clone(backbone)
+    model.eval()
+    head.check_geometry(model.level_geometry(levels), model.level_channels(levels))
+    graph_b, state_b = nnx.split(model)
+    graph_h, state_h = nnx.split(head)
+    s, size = settings, siamfc.search_size
+    coarse_settings = dataclasses.replace(siamfc, scale_num=1)
+
+    def embed(params, images):
+        return nnx.merge(graph_b, params)(images)
+
+    siam = make_tracker(embed, coarse_settings)
+    lengths = jnp.asarray(s.step_lengths, jnp.float32)
+    jitter_scale = jnp.asarray([s.jitter_center, s.jitter_center, s.jitter_size,
+                                s.jitter_size], jnp.float32)
+
+    def features(params_b, crop):
+        return [lv[0] for lv in nnx.merge(graph_b, params_b).features(crop[None], levels)]
+
+    def side_of(sz):
+        return (exemplar_side(sz[0], sz[1], siamfc.context)
+                * (siamfc.search_size / siamfc.exemplar_size))
+
+    def init(params, frame, box) -> BoxHeadState:
+        params_b, params_h = params
+        frame = jnp.asarray(frame)
+        siam_state = siam.init(params_b, frame, box)
+        side = side_of(siam_state.size)
+        crop = crop_square(frame, siam_state.center, side, size, siam_state.pad)
+        ref_box = crop_box(siam_state.center, siam_state.size, siam_state.center, side, size)
+        modulation = nnx.merge(graph_h, params_h).modulation(features(params_b, crop),
+                                                             ref_box)
+        key = jax.random.key_data(jax.random.key(seed))
+        return BoxHeadState(siam_state, modulation, key, jnp.zeros((), jnp.int32))
+
+    def refine_box(params, state: BoxHeadState, frame, center, box_size):
+        params_b, params_h = params
+        head_m = nnx.merge(graph_h, params_h)
+        side = side_of(box_size)
+        crop = crop_square(frame, center, side, size, state.siamfc.pad)
+        test = head_m.test_features(features(params_b, crop))
+        coarse = crop_box(center, box_size, center, side, size)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.wrap_key_data(state.key),
+                                                    state.frame), _JITTER)
+        noise = (jax.random.uniform(key, (s.num_candidates - 1, 4)) - 0.5) * jitter_scale
+        y0 = encode_relative(coarse, coarse)
+        starts = decode_relative(
+            jnp.concatenate([y0[None], y0[None] + noise], axis=0), coarse)
+        refs = jnp.broadcast_to(coarse, starts.shape)
+        boxes, f, _ = ascend_boxes(
+            lambda inp, b, c: head_m.score(inp[0], inp[1], b), (state.modulation, test),
+            starts, num_steps=s.refine_steps, step_length=lengths, reference=refs,
+            reject_decreasing=s.reject_decreasing)
+        top = jnp.argsort(-jnp.where(jnp.isfinite(f), f, -jnp.inf))[:s.top_k]
+        best = decode_relative(jnp.mean(encode_relative(boxes[top], coarse), axis=0),
+                               coarse)
+        new_center, new_size = frame_box(best, center, side, size)
+        ok = jnp.all(jnp.isfinite(new_center)) & jnp.all(jnp.isfinite(new_size))
+        return jnp.where(ok, new_center, center), jnp.where(ok, new_size, box_size)
+
+    def update(params, state: BoxHeadState, frame):
+        frame = jnp.asarray(frame)
+        siam_state, _ = siam.update(params[0], state.siamfc, frame)
+        center, box_size = _limit(siam_state.center, state.siamfc.size, frame.shape,
+                                  s.min_size)
+        if refine:
+            center, box_size = refine_box(params, state, frame, center, box_size)
+            center, box_size = _limit(center, box_size, frame.shape, s.min_size)
+        siam_state = siam_state._replace(center=center, size=box_size,
+                                         search_side=side_of(box_size))
+        new = state._replace(siamfc=siam_state, frame=state.frame + 1)
+        return new, center_to_box(center[0], center[1], box_size[0], box_size[1])
+
+    if jit:
+        init, update = jax.jit(init), jax.jit(update)
+
+    def checked_init(params, frame, box) -> BoxHeadState:
+        _check_first_box(frame, box)  # concrete, before tracing
+        return init(params, frame, jnp.asarray(box, jnp.float32))
+
+    checked_init.traced = init
+    return Tracker(checked_init, update), (state_b, state_h)
+
+
+__all__ = ["TRACKING_METHODS", "BoxHeadSettings", "BoxHeadState", "box_head_crops",
+           "crop_box", "frame_box", "make_box_head_loss", "make_box_head_tracker"]

@@ -1,0 +1,72 @@
+"""The report's statistics against direct transcriptions of their definitions on
+hand-written values: mean +- sample sd over seeds, paired differences with their
+standard errors over seeds and over sequences."""
+
+import math
+
+import pytest
+
+from ebm_jax.report.statistics import (
+    aggregate,
+    mean_sd,
+    paired_difference,
+    paired_seeds_and_sequences,
+    sequence_difference,
+)
+
+
+def _sd(xs):
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def test_mean_sd_skips_missing_values_and_has_no_sd_for_one():
+    m, sd = mean_sd([0.5, None, 0.7, 0.9])
+    assert m == pytest.approx(0.7, rel=1e-15) and sd == pytest.approx(_sd([0.5, 0.7, 0.9]))
+    assert mean_sd([0.25]) == (0.25, None)
+    assert mean_sd([None]) == (None, None) and mean_sd([]) == (None, None)
+
+
+def test_aggregate_gives_none_where_a_seed_lacks_the_figure():
+    rows = [{"acc": 0.5, "fps": None}, {"acc": 0.75, "fps": 3.0}]
+    out = aggregate(rows, ("acc", "fps"))
+    assert out["acc"] == 0.625 and out["sd"]["acc"] == pytest.approx(_sd([0.5, 0.75]))
+    assert out["fps"] is None and out["sd"]["fps"] is None
+
+
+def test_paired_difference_is_mean_and_standard_error_of_differences():
+    a, b = [0.6, 0.7, 0.65], [0.5, 0.55, 0.6]
+    d = [x - y for x, y in zip(a, b)]
+    out = paired_difference(a, b)
+    assert out["mean"] == pytest.approx(sum(d) / 3, rel=1e-12) and out["n"] == 3
+    assert out["se"] == pytest.approx(_sd(d) / math.sqrt(3), rel=1e-12)
+    assert out["beyond_2se"] is (abs(out["mean"]) > 2 * out["se"])
+    one = paired_difference([0.6], [0.5])
+    assert one["se"] is None and one["beyond_2se"] is False
+
+
+def test_sequence_difference_averages_seeds_before_pairing_sequences():
+    a = [[0.2, 0.4, 0.9], [0.4, 0.6, 0.7]]  # two seeds x three sequences
+    b = [[0.1, 0.5, 0.5]]  # a seedless arm
+    d = [0.3 - 0.1, 0.5 - 0.5, 0.8 - 0.5]
+    out = sequence_difference(a, b)
+    assert out["num_sequences"] == 3
+    assert out["mean"] == pytest.approx(sum(d) / 3, abs=1e-15)
+    assert out["se"] == pytest.approx(_sd(d) / math.sqrt(3), rel=1e-12)
+
+
+def test_paired_seeds_and_sequences_matches_seeds_and_gives_both_errors():
+    a = [{"seed": 0, "auc": 0.6, "sequence_auc": [0.5, 0.7]},
+         {"seed": 1, "auc": 0.7, "sequence_auc": [0.6, 0.8]},
+         {"seed": 2, "auc": 0.9, "sequence_auc": [0.9, 0.9]}]  # no partner: left out
+    b = [{"seed": 1, "auc": 0.5, "sequence_auc": [0.3, 0.5]},
+         {"seed": 0, "auc": 0.5, "sequence_auc": [0.4, 0.6]}]
+    out = paired_seeds_and_sequences(a, b)
+    assert out["seeds"] == [0, 1]
+    assert out["per_seed"] == pytest.approx([0.1, 0.2], abs=1e-15)
+    assert out["mean"] == pytest.approx(0.15, abs=1e-15)
+    assert out["se_seeds"] == pytest.approx(0.05, rel=1e-12)  # sd of (0.1, 0.2) / sqrt 2
+    assert out["se_sequences"] == pytest.approx(0.0, abs=1e-15)  # both sequences +0.2
+    assert out["real"] is True  # 0.15 > 2 x 0.05
+    single = paired_seeds_and_sequences(a[:1], b[1:])
+    assert single["se_seeds"] is None and single["real"] is False
