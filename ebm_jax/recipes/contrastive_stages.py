@@ -6,6 +6,9 @@ table, their pretraining stage (a TrainStage) and their cached linear evaluation
                                     in inference mode): a linear classifier on all
                                     labels and on `few_labels` per class, and kNN;
                                     cached in result.json with the classifier
+
+Every `cfg` here is the recipe's Config (`ebm_jax.recipes.contrastive.Config`), which
+this module never imports: a recipe imports its stages, never the reverse.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import dataclasses
 import functools
 import io
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 import optax
@@ -44,8 +46,6 @@ from ebm_jax.train.checkpoint import latest_step
 from ebm_jax.train.stages import RunContext, TrainStage
 from ebm_jax.train.step import DATA_AXIS
 
-if TYPE_CHECKING:
-    from ebm_jax.recipes.contrastive import Config
 
 TABLES = ("main", "momentum", "mechanism", "queue")
 EVAL_FIELDS = ("linear_epochs", "linear_learning_rate", "knn_ks", "few_labels")
@@ -76,7 +76,7 @@ class RunSpec:
         return "-".join(parts)
 
 
-def default_spec(method: str, cfg: Config) -> RunSpec:
+def default_spec(method: str, cfg) -> RunSpec:
     if method == "moco":
         return RunSpec("moco", cfg.momentum, cfg.queue_size)
     if method == "memory-bank":
@@ -84,7 +84,7 @@ def default_spec(method: str, cfg: Config) -> RunSpec:
     return RunSpec(method)
 
 
-def plan(cfg: Config) -> dict[str, list[RunSpec]]:
+def plan(cfg) -> dict[str, list[RunSpec]]:
     """The runs of every table; "main" (the floors: a random encoder and the raw
     pixels; the main method; the ceiling) is always planned, as the floors and the
     ceiling stand beside every ablation."""
@@ -101,14 +101,14 @@ def plan(cfg: Config) -> dict[str, list[RunSpec]]:
     return tables
 
 
-def all_specs(cfg: Config) -> list[RunSpec]:
+def all_specs(cfg) -> list[RunSpec]:
     return list(dict.fromkeys(s for rows in plan(cfg).values() for s in rows))
 
 
 # --------------------------------------------------------------------------- parts
 
 
-def load_data(cfg: Config, ctx: RunContext) -> image_data.ImageData:
+def load_data(cfg, ctx: RunContext) -> image_data.ImageData:
     """The config's dataset, scored on its `eval_split` (test, or a validation split
     held out from training); its splits are drawn with the run's "data" seed."""
     return _load_data(cfg.data, cfg.image_size, cfg.data_root,
@@ -139,7 +139,7 @@ def bn_groups(method: str, num_splits: int, num_devices: int) -> int:
     return 1 if method == "moco" else num_devices
 
 
-def build_model(spec: RunSpec, cfg: Config, data, ctx: RunContext):
+def build_model(spec: RunSpec, cfg, data, ctx: RunContext):
     """The run's model (`Built`), initialised with the stage's "init" key; the same call
     in the linear-evaluation stage rebuilds the structure the checkpoint fills."""
     splits = bn_groups(spec.method, cfg.num_splits, ctx.num_devices)
@@ -155,7 +155,7 @@ def build_model(spec: RunSpec, cfg: Config, data, ctx: RunContext):
         rngs=nnx.Rngs(ctx.key(spec.name, "init")))
 
 
-def make_loss(spec: RunSpec, cfg: Config, num_devices: int = 1):
+def make_loss(spec: RunSpec, cfg, num_devices: int = 1):
     augment, size = get_augment(cfg.augment), cfg.image_size
     if spec.method == "moco":
         return make_moco_loss(momentum=spec.momentum, temperature=cfg.temperature,
@@ -182,7 +182,7 @@ def _data_identity(data) -> dict:
             "image_shape": list(data.image_shape)}
 
 
-def pretrain_stage(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> TrainStage:
+def pretrain_stage(spec: RunSpec, cfg, data, ctx: RunContext) -> TrainStage:
     settings = {k: v for k, v in dataclasses.asdict(cfg).items()
                 if k not in NOT_PRETRAINING}
     steps_per_epoch = len(data.train_images) // cfg.batch_size
@@ -194,7 +194,7 @@ def pretrain_stage(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> TrainSt
                       save_every=steps_per_epoch * max(1, cfg.epochs // 5))
 
 
-def pretrain(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
+def pretrain(spec: RunSpec, cfg, data, ctx: RunContext) -> dict:
     """Trains (or resumes) the pretraining stage; returns its figures."""
     if spec.method in UNTRAINED:
         return {"steps": 0, "seconds": 0.0, "images_per_second": None, "final_loss": None}
@@ -246,7 +246,7 @@ def pretrain(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
             "final_loss": figures.final_loss}
 
 
-def load_encoder(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> nnx.Module:
+def load_encoder(spec: RunSpec, cfg, data, ctx: RunContext) -> nnx.Module:
     """The encoder of a finished pretraining stage (parameters and batch statistics),
     or the freshly initialised one for "random". A checkpoint of another architecture
     raises `CheckpointError`."""
@@ -260,7 +260,7 @@ def load_encoder(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> nnx.Modul
     return built.encoder(built.model)
 
 
-def features_of(spec: RunSpec, cfg: Config, data, ctx: RunContext, images) -> np.ndarray:
+def features_of(spec: RunSpec, cfg, data, ctx: RunContext, images) -> np.ndarray:
     """The frozen features of `images` for a run: its encoder's, or for "pixels" the
     images themselves, flattened."""
     if spec.method == "pixels":
@@ -268,7 +268,7 @@ def features_of(spec: RunSpec, cfg: Config, data, ctx: RunContext, images) -> np
     return np.asarray(extract_features(load_encoder(spec, cfg, data, ctx), images))
 
 
-def linear_eval(spec: RunSpec, cfg: Config, data, ctx: RunContext) -> dict:
+def linear_eval(spec: RunSpec, cfg, data, ctx: RunContext) -> dict:
     """The linear-evaluation stage `<run>-linear`: frozen features, linear classifiers
     on every label and on `few_labels` per class, kNN; cached for the same identity."""
     pre = pretrain_stage(spec, cfg, data, ctx)

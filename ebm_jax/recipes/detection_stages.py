@@ -5,19 +5,18 @@ result depends on (settings, the data's content identity, the seed; never a path
     <workdir>/data/<split>-<hash>            the generated benchmark (its spec + seed)
     <workdir>/backbone-<hash>                the feature pyramid (checkpoints, metrics)
     <workdir>/head-<method>-m<M>[...]-<hash> one energy head, and its eval.json
+
+Every `cfg` here is the recipe's Config (`ebm_jax.recipes.detection.Config`), which
+this module never imports: a recipe imports its stages, never the reverse.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ebm_jax.recipes.detection import Config, HeadSpec
 
-
-def open_data(cfg: Config, ctx):
+def open_data(cfg, ctx):
     """The data (validated: annotations, every image, the detections), with the
     `eval_split` (val or test) as the scored set; the detections must be pre-NMS when
     guided NMS is on."""
@@ -57,7 +56,7 @@ def open_data(cfg: Config, ctx):
     return data
 
 
-def backbone_stage(cfg: Config, ctx, data):
+def backbone_stage(cfg, ctx, data):
     """The `backbone` stage (resumes); returns (its identity, its StageFigures, the
     frozen FeaturePyramid)."""
     import optax
@@ -88,7 +87,7 @@ def backbone_stage(cfg: Config, ctx, data):
     return stage.full_identity, figures, merge_model(graphdef, state).backbone
 
 
-def head_stage(cfg: Config, ctx, spec: HeadSpec, data, features, backbone_id):
+def head_stage(cfg, ctx, spec, data, features, backbone_id):
     """A head stage (resumes); returns (stage, its identity, figures, head)."""
     import optax
 

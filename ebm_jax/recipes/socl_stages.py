@@ -14,6 +14,9 @@
 Annotated frames: every `annotate_every`-th frame of a training sequence whose point is
 usable (`ebm_jax.data.socl_pairs.point_frames`); the same frames carry the boxes of the
 box-annotated baselines, so that annotation costs compare frame for frame.
+
+Every `cfg` here is the recipe's Config (`ebm_jax.recipes.socl.Config`), which
+this module never imports: a recipe imports its stages, never the reverse.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import dataclasses
 import functools
 import io
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,9 +32,6 @@ from ebm_jax.io import CorruptFileError
 from ebm_jax.recipes.item_cache import ItemCache
 from ebm_jax.recipes.tracking_stages import Trained
 from ebm_jax.tracking.top_maps import TopMapSettings
-
-if TYPE_CHECKING:
-    from ebm_jax.recipes.socl import Config
 
 
 def point_annotations(seq, kind: str) -> np.ndarray:
@@ -173,7 +172,7 @@ def pseudo_box_sequences(sequences, tops: dict, kind: str, alpha: float):
     return out
 
 
-def socl_settings(cfg: Config, overrides=()):
+def socl_settings(cfg, overrides=()):
     """SoCLSettings of the config's tau, theta_b and b_p with an arm's `overrides`
     ((field, value) pairs)."""
     from ebm_jax.contrastive.socl import SoCLSettings
@@ -182,7 +181,7 @@ def socl_settings(cfg: Config, overrides=()):
     return dataclasses.replace(base, **dict(overrides))
 
 
-def train_socl(cfg: Config, ctx, sequences, tops: dict, kind: str, data_identity,
+def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                overrides, seed: int, *, label: str = "SoCL-Siam") -> Trained:
     """The SoCL-Siam stage of one arm and training seed (resumes): AlexNet from scratch,
     Adam (lr x 0.1 after `socl_lr_drop` of the steps, as the paper's drop at epoch 500

@@ -7,6 +7,9 @@ stage of each Siamese tracker, and the per-sequence evaluation cache.
                                               frame) in an `ItemCache`: a stopped
                                               evaluation resumes at the first sequence
                                               without one
+
+Every `cfg` here is the recipe's Config (`ebm_jax.recipes.tracking.Config`), which
+this module never imports: a recipe imports its stages, never the reverse.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from etils import epath
@@ -22,9 +25,6 @@ from etils import epath
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.item_cache import ItemCache
 from ebm_jax.tracking.siamfc import SiamFCSettings
-
-if TYPE_CHECKING:
-    from ebm_jax.recipes.tracking import Config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class TrackingData:
     identity: dict  # "train" and each eval set -> JSON-able identity
 
 
-def generated_specs(cfg: Config, ctx) -> dict:
+def generated_specs(cfg, ctx) -> dict:
     """The `TrackingSpec` of each generated split (its seed is the run's "data" seed)."""
     from ebm_jax.data.tracking import TrackingSpec
 
@@ -62,7 +62,7 @@ def annotation_identity(sequences, ctx=None) -> dict:
     return fingerprint(sequences, digest_cache=None if ctx is None else ctx.digest_cache)
 
 
-def open_data(cfg: Config, ctx) -> TrackingData:
+def open_data(cfg, ctx) -> TrackingData:
     """Generates (once) and opens the data; every reader check runs here, before any
     training."""
     from ebm_jax.data.sequences import read_got10k, read_otb
@@ -114,7 +114,7 @@ class Trained(NamedTuple):
 SIAMFC = SiamFCSettings()
 
 
-def training_identity(cfg: Config, data_identity, seed: int) -> dict:
+def training_identity(cfg, data_identity, seed: int) -> dict:
     return {"data": data_identity, "width": cfg.width, "steps": cfg.steps,
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
@@ -122,7 +122,7 @@ def training_identity(cfg: Config, data_identity, seed: int) -> dict:
             "seed": seed}
 
 
-def build_model(cfg: Config, ctx, stage_name: str):
+def build_model(cfg, ctx, stage_name: str):
     """AlexNet of `cfg.width` with the initial weights of stage `stage_name` (the random
     backbone baseline of that stage)."""
     from flax import nnx
@@ -132,7 +132,7 @@ def build_model(cfg: Config, ctx, stage_name: str):
     return SiamFCAlexNet(width=cfg.width, rngs=nnx.Rngs(ctx.key(stage_name, "init")))
 
 
-def train_box_siam(cfg: Config, ctx, data: TrackingData, seed: int, *, sequences=None,
+def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
                    data_identity=None, name: str | None = None) -> Trained:
     """The Box-Siam stage of one training seed (resumes). Its start is the random
     backbone baseline of the same seed (`build_model` with the same stage name).
