@@ -15,6 +15,19 @@ from its own random start, and the random-backbone baseline of that seed is that
 No hyperparameter is tuned: the tracking and training settings are SiamFC's published
 ones (REFERENCE.md sec. 4); only the model width, the number of steps and the data size
 are scaled to the machine.
+
+The "box-head" experiment (seed 000 sec. 5, Table 4; `box_head_arms`) adds, per seed and
+loss, a box head trained on that seed's Box-Siam (`box_head_stages.train_box_head`),
+tracked by SiamFC's centre at one scale refined on the head's energy, against SiamFC's
+own scale search. Its refinement step lengths (and optionally training sigmas) are
+chosen on the last `validation_sequences` of the training split, which no arm trains on
+(`choose_box_head_settings`), before the test split is tracked once per arm; the same
+trackers without the refinement give the coarse FPS (`coarse_evaluation`):
+
+    <workdir>/box-head-<method>-s<seed>-<hash>        a head's training
+    <workdir>/eval-box-head-<method>-s<seed>-<hash>/  its tracking (validation: one
+                                                      stage per candidate; test)
+    <workdir>/eval-coarse-s<seed>-<hash>/             the coarse tracker
 """
 
 from __future__ import annotations
