@@ -192,3 +192,23 @@ def test_tiny_run_end_to_end(tmp_path):
     assert again.payload["validation"] == val
     assert again.payload["tables"]["generated-test"]["box-head-nce"][0]["auc"] == \
         rows["box-head-nce"][0]["auc"]
+
+
+def test_report_has_paper_table_validation_choice_and_both_standard_errors():
+    score = {k: {"mean": 0.5, "sd": 0.01} for k in ("auc", "precision", "norm_precision",
+                                                     "ao", "sr50", "sr75", "fps")}
+    summary = {"generated-test": {"box-siam": score, "box-head-nce+": score,
+                                  "box-head-nce+ vs box-siam": _paired(0.10, 0.02, 0.03)}}
+    validation = {"sequences": ["train_00009"], "auc": {
+        "nce+": {"steps x1": [0.4, 0.5], "steps x2": [0.6, 0.5]}},
+        "choice": {"nce+": {"candidate": "steps x2"}}}
+    cfg = load_config(f"{CONFIG}:quick")
+    md = report.box_head_markdown(summary, [("box-head-nce+", "box-siam")], validation,
+                                  title="t", seeds=(0, 1, 2), reference=cfg.reference,
+                                  reference_note=cfg.reference_note)
+    assert "| box head, NCE+ | 50.0 +- 1.0 |" in md
+    assert "| steps x1 | 45.0 |" in md and "| steps x2 | 55.0 * |" in md
+    assert "| TrackingNet | 78.1 | 77.1 | 78.7 |" in md and "different scale" in md
+    assert "se 2.0 over 3 seeds, 3.0 over sequences" in md
+    assert "NCE+ > KLD-IS > NCE" in md  # the paper's order, from the config's note
+    assert "box head, NCE+ vs box-siam" not in md  # pairs are not rows of the table
