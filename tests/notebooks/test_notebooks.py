@@ -40,10 +40,10 @@ CHECKS = {
     "ebm_box_head": [
         "trained.figures.steps == settings.steps == 3 and len(losses) >= 1"
         " and all(math.isfinite(v) for v in losses)",
-        "set(results) == {'coarse', 'refined'} and all(b.shape == (len(test), 4)"
-        " for b in results.values())",
+        "set(results) == set(iou) == {'coarse', 'refined'} and all(b.shape == (4,)"
+        " for b in results.values()) and all(0.0 <= v <= 1.0 for v in iou.values())",
         "bool(np.all(np.isfinite(refined_box))) and refined_box[2] > 0"
-        " and refined_box[3] > 0 and np.array_equal(results['refined'][0], test.boxes[0])",
+        " and refined_box[3] > 0",
     ],
     "ebm_regression_1d": [
         "set(loss_values) == {'ml-is', 'kld-is', 'ml-mcmc-16', 'nce', 'sm', 'dsm', 'nce+'}"
