@@ -105,8 +105,8 @@ def test_verdicts_only_beyond_two_standard_errors():
 
 
 @pytest.mark.parametrize("override, setting", [
-    ("--config.box_head.num_samples=0", "num_samples"),
-    ("--config.box_head.sigmas=0,0.5", "sigmas"),
+    ("--config.box_head.num_samples=0", "--config.box_head: BoxHeadSettings.num_samples"),
+    ("--config.box_head.sigmas=0,0.5", "--config.box_head: BoxHeadSettings.sigmas"),
     ("--config.validation_sequences=0", "validation_sequences"),
     ("--config.box_head_methods=nce,kld", "box_head_methods"),
     ("--config.step_scales=0", "step_scales"),
