@@ -5,6 +5,7 @@ refused before training, the README's command, and the tiny config end to end (s
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -110,6 +111,7 @@ def test_verdicts_only_beyond_two_standard_errors():
     ("--config.validation_sequences=0", "validation_sequences"),
     ("--config.box_head_methods=nce,kld", "box_head_methods"),
     ("--config.step_scales=0", "step_scales"),
+    ("--config.sigma_grid=0.05,-1", "sigma_grid"),
 ])
 def test_bad_settings_fail_before_training(tmp_path, capsys, override, setting):
     code = main(["run", f"{CONFIG}:tiny", override, "--workdir", str(tmp_path / "w"),
@@ -212,3 +214,51 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
     assert "se 2.0 over 3 seeds, 3.0 over sequences" in md
     assert "NCE+ > KLD-IS > NCE" in md  # the paper's order, from the config's note
     assert "box head, NCE+ vs box-siam" not in md  # pairs are not rows of the table
+
+
+def test_choice_on_the_validation_split_only(monkeypatch):
+    """choose_box_head_settings with training and tracking replaced by fakes: every
+    candidate (sigmas x step scales) of every method and seed is tracked on the last
+    training sequences only, and the choice is the best mean over seeds."""
+    cfg = tiny("--config.sigma_grid=0.05,0.5;0.1,1.0", "--config.step_scales=1,2",
+               "--config.seeds=0,1", "--config.box_head_methods=nce+,kld-is")
+    seqs = [SimpleNamespace(name=f"train_{i}") for i in range(cfg.num_train_sequences)]
+    data = stages.TrackingData(train=seqs, eval_sets={"generated-test": ["test_0"]},
+                               identity={"train": {"t": 1}})
+    trained, tracked = [], []
+
+    class Log:  # the run context: only its log is used
+        log = staticmethod(_quiet)
+
+    def fake_head(env, seed, used, *, settings):
+        trained.append((seed, settings.method, settings.sigmas))
+        return stages.Trained(settings, {"trained": {"seed": seed}})
+
+    def fake_evaluate(ctx, name, identity, set_name, sequences, run, *, progress_desc):
+        tracked.append((set_name, list(sequences)))
+        return run
+
+    def fake_scores(settings, sequences):
+        # the best: NCE+ with sigmas (0.1, 1.0) at 2x, KLD-IS with (0.05, 0.5) at 1x
+        good = {"nce+": ((0.1, 1.0), 2.0), "kld-is": ((0.05, 0.5), 1.0)}[settings.method]
+        hit = (settings.sigmas == good[0]
+               and settings.step_lengths[0] == good[1] * cfg.box_head.step_lengths[0])
+        return {"auc": 0.6 if hit else 0.4}
+
+    monkeypatch.setattr(recipe, "train_box_siam", lambda env, seed, used: "backbone")
+    monkeypatch.setattr(recipe, "train_box_head_arm", fake_head)
+    monkeypatch.setattr(recipe, "box_head_runner", lambda model, s: s)
+    monkeypatch.setattr(stages, "evaluate", fake_evaluate)
+    monkeypatch.setattr(stages, "scores", fake_scores)
+    chosen, record = recipe.choose_box_head_settings(
+        recipe.TrackingRun(cfg, Log(), data), cfg.seeds)
+    assert len(trained) == 2 * 2 * 2  # seeds x methods x sigmas: heads trained
+    assert len(tracked) == 2 * 2 * 2 * 2 and all(  # ... x step scales: trackings
+        t == ("validation", seqs[-cfg.validation_sequences:]) for t in tracked)
+    assert chosen["nce+"].sigmas == (0.1, 1.0)
+    assert chosen["nce+"].step_lengths == tuple(2 * x for x in cfg.box_head.step_lengths)
+    assert chosen["kld-is"].sigmas == (0.05, 0.5)
+    assert chosen["kld-is"].step_lengths == cfg.box_head.step_lengths
+    assert record["choice"]["nce+"]["candidate"] == "sigmas 0.1/1, steps x2"
+    assert record["auc"]["nce+"]["sigmas 0.1/1, steps x2"] == [0.6, 0.6]
+    assert record["sequences"] == [q.name for q in seqs[-cfg.validation_sequences:]]
