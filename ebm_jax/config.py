@@ -208,8 +208,9 @@ def apply_overrides(cfg, overrides: typing.Sequence[str], *, _prefix: str = ""):
         return dataclasses.replace(cfg, **changes)
     except ConfigError:
         raise
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e)) from e
+    except (ValueError, TypeError) as e:  # a group's own check: name the group's flag
+        where = f"--config.{_prefix.rstrip('.')}: " if _prefix else ""
+        raise ConfigError(where + str(e)) from e
 
 
 # --------------------------------------------------------------------------- checks

@@ -25,7 +25,9 @@ from flax import nnx
 
 from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.models.box_head import BoxEnergyHead, BoxHeadNet
-from ebm_jax.tracking.box_head import BoxHeadSettings, make_box_head_loss
+from ebm_jax.recipes.tracking_stages import timed_runner
+from ebm_jax.tracking.box_head import (BoxHeadSettings, make_box_head_loss,
+                                       make_box_head_tracker)
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.train import create_train_state, make_train_step, merge_model
 from ebm_jax.train.stages import StageFigures, TrainStage
@@ -98,4 +100,16 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     return TrainedBoxHead(name, stage.full_identity, figures, merge_model(graphdef, state))
 
 
-__all__ = ["TrainedBoxHead", "build_box_head", "train_box_head"]
+def box_head_runner(net, settings: BoxHeadSettings, *, refine: bool = True,
+                    siamfc: SiamFCSettings = SiamFCSettings(),
+                    levels: Sequence[int] = (2, 4)):
+    """`run(seq) -> (boxes, seconds)` of the box-head tracker (`make_box_head_tracker`,
+    jitted) of a trained `BoxHeadNet`; `refine=False` is its coarse tracker (SiamFC's
+    centre, one scale, the previous size), the same model without the refinement.
+    Compiled before the first timed frame (`timed_runner`)."""
+    tracker, params = make_box_head_tracker(net.backbone, net.head, settings, siamfc,
+                                            levels=levels, refine=refine)
+    return timed_runner(tracker, params)
+
+
+__all__ = ["TrainedBoxHead", "box_head_runner", "build_box_head", "train_box_head"]

@@ -184,10 +184,18 @@ def static_boxes(seq) -> tuple[np.ndarray, np.ndarray]:
 def siamfc_runner(model, settings: SiamFCSettings = SIAMFC):
     """`run(seq) -> (boxes, seconds)` of SiamFC (its scale search, `settings`) with
     `model`'s features; compiled for each frame size before its first timed frame."""
-    from ebm_jax.tracking.siamfc import make_tracker, model_embed, track_sequence
+    from ebm_jax.tracking.siamfc import make_tracker, model_embed
 
     embed, params = model_embed(model)
-    tracker = make_tracker(embed, settings)
+    return timed_runner(make_tracker(embed, settings), params)
+
+
+def timed_runner(tracker, params):
+    """`run(seq) -> (boxes, seconds)` of a pure `tracker` (`init`/`update`) with
+    `params`; compiled for each frame size (one init and one update on the first frame)
+    before its first timed frame."""
+    from ebm_jax.tracking.siamfc import track_sequence
+
     warmed: set = set()
 
     def run(seq):

@@ -17,9 +17,15 @@ import numpy as np
 from ebm_jax.report.tables import fmt, markdown_table
 
 LABELS = {"static": "never moves (first box)", "random": "SiamFC, random backbone",
-          "box-siam": "Box-Siam (SiamFC on boxes)"}
+          "box-siam": "Box-Siam (SiamFC on boxes)",
+          "coarse": "Box-Siam centre only (one scale, no refinement)",
+          "box-head-kld-is": "box head, KLD-IS", "box-head-nce": "box head, NCE",
+          "box-head-nce+": "box head, NCE+", "box-head-ml-is": "box head, ML-IS"}
 SHORT = {"box-siam": "Box-Siam"}  # in the paired differences' lines
-COLOURS = {"static": "tab:grey", "random": "tab:blue", "box-siam": "tab:red"}
+COLOURS = {"static": "tab:grey", "random": "tab:blue", "box-siam": "tab:red",
+           "coarse": "tab:olive", "box-head-kld-is": "tab:purple",
+           "box-head-nce": "tab:cyan", "box-head-nce+": "tab:orange",
+           "box-head-ml-is": "tab:brown"}
 METRICS = (("auc", "AUC", 100), ("precision", "prec. @20px", 100),
            ("norm_precision", "norm. prec.", 100), ("ao", "AO", 100),
            ("sr50", "SR0.5", 100), ("sr75", "SR0.75", 100), ("fps", "FPS", 1))
@@ -43,11 +49,7 @@ def report_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]], *, title
     spread = "mean +- sd over the training seeds" if len(seeds) > 1 else "one seed"
     compared = {f"{a} vs {b}" for a, b in pairs}
     for set_name, rows in summary.items():
-        body = [[LABELS.get(t, t)] + [_cell(rows[t][k], s) for k, _, s in METRICS]
-                for t in rows if t not in compared]
-        parts.append(f"### {set_name} ({spread}; scores in %)\n\n"
-                     + markdown_table(["tracker"] + [h for _, h, _ in METRICS], body,
-                                      align="l" + "r" * len(METRICS)))
+        parts.append(_scores_table(set_name, rows, compared, spread))
         lines = []
         for a, b in pairs:
             d = rows.get(f"{a} vs {b}")
@@ -66,6 +68,135 @@ def report_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]], *, title
                      + "; ".join(f"{k} {v}" for k, v in reference.items())
                      + (f". {reference_note}" if reference_note else "") + "\n")
     return "\n".join(parts)
+
+
+def _scores_table(set_name: str, rows: Mapping, compared, spread: str) -> str:
+    body = [[LABELS.get(t, t)] + [_cell(rows[t][k], s) for k, _, s in METRICS]
+            for t in rows if t not in compared]
+    return (f"### {set_name} ({spread}; scores in %)\n\n"
+            + markdown_table(["tracker"] + [h for _, h, _ in METRICS], body,
+                             align="l" + "r" * len(METRICS)))
+
+
+# Seed 000, Table 4 (AUC / Success, %): the columns of its three EBM trackers
+PAPER_TABLE4_COLUMNS = ("DiMP-KLD-IS", "DiMP-NCE", "DiMP-NCE+")
+
+
+def _se(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def paired_line(a: str, b: str, d: Mapping) -> str:
+    """One paired difference in AUC (`statistics.paired_seeds_and_sequences`) with both
+    standard errors and its verdict: a difference only beyond twice the larger."""
+    if d["se_seeds"] is None:
+        verdict = "one seed: no standard error over seeds, so no verdict"
+    elif d["real"]:
+        verdict = "beyond 2 standard errors (both)"
+    else:
+        verdict = "not beyond 2 standard errors"
+    return (f"- {SHORT.get(a, LABELS.get(a, a))} - {LABELS.get(b, b)}: AUC "
+            f"{100 * d['mean']:+.1f} (se {_se(d['se_seeds'])} over {len(d['seeds'])} "
+            f"seeds, {_se(d['se_sequences'])} over sequences): {verdict}.")
+
+
+def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """What the table supports about the paper's two claims (the box head beats scale
+    search by a wide margin; how the losses order), each stated only where the
+    difference exceeds 2 standard errors (over seeds and over sequences)."""
+    out = []
+    for a, b in pairs:
+        d = rows.get(f"{a} vs {b}")
+        if d is None:
+            continue
+        la, lb = LABELS.get(a, a), LABELS.get(b, b)
+        what = ("SiamFC's scale search (Box-Siam)" if b == "box-siam" else lb)
+        if d["se_seeds"] is None:
+            out.append(f"- {la} against {what}: one seed, no verdict.")
+            continue
+        if not d["real"]:
+            rel = "is not separated from"
+        else:
+            rel = "is above" if d["mean"] > 0 else "is below"
+        out.append(f"- {la} {rel} {what}"
+                   + (f" by {100 * abs(d['mean']):.1f} AUC points" if d["real"] else
+                      " (within 2 standard errors)") + ".")
+    return out
+
+
+def validation_table(validation: Mapping) -> str:
+    """Mean validation AUC (%) over seeds of every candidate (rows) and method
+    (columns), the chosen one of each method marked *."""
+    methods = list(validation["auc"])
+    labels = list(dict.fromkeys(k for m in methods for k in validation["auc"][m]))
+    body = []
+    for k in labels:
+        row = [k]
+        for m in methods:
+            v = validation["auc"][m].get(k)
+            mark = " *" if validation["choice"][m]["candidate"] == k else ""
+            row.append("-" if v is None else f"{100 * sum(v) / len(v):.1f}{mark}")
+        body.append(row)
+    return markdown_table(["candidate"] + methods, body, align="l" + "r" * len(methods))
+
+
+def box_head_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]],
+                      validation: Mapping, *, title: str, seeds: Sequence[int],
+                      reference=(), reference_note: str = "") -> str:
+    """The box-head experiment (seed 000 sec. 5, Table 4): per evaluation set the
+    scores table (the coarse tracker's row is the box heads' FPS without refinement),
+    the paired differences with both standard errors and the verdicts; the validation
+    choice; the paper's Table 4 (`reference`: (dataset, "KLD-IS / NCE / NCE+")) beside,
+    at a different scale."""
+    parts = [f"## {title}\n"]
+    spread = "mean +- sd over the training seeds" if len(seeds) > 1 else "one seed"
+    compared = {f"{a} vs {b}" for a, b in pairs}
+    for set_name, rows in summary.items():
+        parts.append(_scores_table(set_name, rows, compared, spread))
+        lines = [paired_line(a, b, rows[f"{a} vs {b}"]) for a, b in pairs
+                 if f"{a} vs {b}" in rows]
+        if lines:
+            parts.append("Paired differences (a - b, AUC points; standard errors over "
+                         "the seeds and over the test sequences):\n\n"
+                         + "\n".join(lines) + "\n")
+            parts.append("What holds here (only differences beyond 2 standard errors "
+                         "are claimed):\n\n"
+                         + "\n".join(box_head_verdicts(rows, pairs)) + "\n")
+    parts.append(f"Chosen on the validation split ({len(validation['sequences'])} "
+                 "held-out training sequences, never the test split): the refinement's "
+                 "step lengths and the training sigmas of each loss, by mean AUC over "
+                 "seeds (%, * = chosen).\n\n" + validation_table(validation))
+    if reference:
+        body = [[name] + [v.strip() for v in str(values).split("/")]
+                for name, values in reference]
+        parts.append("The paper's Table 4 (AUC / Success %, DiMP with ResNet-50 trained on "
+                     "TrackingNet, LaSOT, GOT-10k and COCO, real benchmarks): a different "
+                     "scale from the table above (an AlexNet SiamFC on generated "
+                     "sequences), so compare orders, not numbers.\n\n"
+                     + markdown_table(["dataset", *PAPER_TABLE4_COLUMNS], body,
+                                      align="lrrr")
+                     + (f"\n{reference_note}\n" if reference_note else ""))
+    return "\n".join(parts)
+
+
+def auc_dots_figure(rows: Mapping[str, list[dict]], set_name: str):
+    """AUC per arm: each seed a dot, the mean a bar."""
+    import matplotlib.pyplot as plt
+
+    names = [t for t, runs in rows.items() if runs and t != "static"]
+    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(names), 3.4), dpi=120)
+    for i, t in enumerate(names):
+        auc = np.asarray([r["auc"] for r in rows[t]], np.float64)
+        colour = COLOURS.get(t, "tab:grey")
+        ax.bar(i, auc.mean(), color=colour, alpha=0.35, width=0.7)
+        ax.scatter(np.full(len(auc), i) + np.linspace(-0.12, 0.12, len(auc)), auc,
+                   color=colour, s=18, zorder=3)
+    ax.set_xticks(range(len(names)), [LABELS.get(t, t) for t in names], rotation=30,
+                  ha="right", fontsize=7)
+    ax.set(ylabel="AUC (OTB success)", title=f"{set_name}: AUC per arm, seeds as dots")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
 
 
 def _curves_figure(rows: Mapping[str, list[dict]], set_name: str, key: str, x, xlabel,

@@ -37,6 +37,14 @@ CHECKS = {
         "head_figures.steps == 2 and len(head_losses) >= 1"
         " and all(math.isfinite(v) for v in head_losses)",
     ],
+    "ebm_box_head": [
+        "trained.figures.steps == settings.steps == 3 and len(losses) >= 1"
+        " and all(math.isfinite(v) for v in losses)",
+        "set(results) == set(iou) == {'coarse', 'refined'} and all(b.shape == (4,)"
+        " for b in results.values()) and all(0.0 <= v <= 1.0 for v in iou.values())",
+        "bool(np.all(np.isfinite(refined_box))) and refined_box[2] > 0"
+        " and refined_box[3] > 0",
+    ],
     "ebm_regression_1d": [
         "set(loss_values) == {'ml-is', 'kld-is', 'ml-mcmc-16', 'nce', 'sm', 'dsm', 'nce+'}"
         " and all(math.isfinite(v) for v in loss_values.values())",

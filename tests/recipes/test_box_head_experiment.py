@@ -1,0 +1,264 @@
+"""The box-head experiment (seed 000 sec. 5, Table 4) of the tracking recipe: its arms
+and pairs, the validation split and choice, the report's verdicts, the bad settings
+refused before training, the README's command, and the tiny config end to end (slow)."""
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ebm_jax.cli import main
+from ebm_jax.config import ConfigError, load_config
+from ebm_jax.recipes import run_experiment
+from ebm_jax.recipes import tracking as recipe
+from ebm_jax.recipes import tracking_stages as stages
+from ebm_jax.recipes.tracking_arms import pairs_of, training_order
+from ebm_jax.report import tracking as report
+
+ROOT = Path(__file__).parents[2]
+CONFIG = ROOT / "experiments" / "tracking" / "ebm_table4_box_head.py"
+HEADS = ["box-head-kld-is", "box-head-nce", "box-head-nce+", "box-head-ml-is"]
+
+
+def tiny(*overrides: str):
+    return load_config(f"{CONFIG}:tiny", overrides)
+
+
+def _quiet(_):
+    pass
+
+
+def test_arms_table_and_pairs():
+    cfg = tiny()
+    arms = recipe.EXPERIMENTS["box-head"].arms(cfg)
+    assert [a.label for a in arms] == ["box-siam"] + HEADS
+    assert arms[0].tracker.name == "siamfc"  # SiamFC's own scale search
+    for a in arms[1:]:
+        assert a.tracker.name == "box-head" and a.uses == ("box-siam",)
+        assert a.tracker.settings.method == a.label.removeprefix("box-head-")
+        assert a.tracker.settings.num_samples == cfg.box_head.num_samples
+    assert [a.label for a in training_order(arms)][0] == "box-siam"
+    assert pairs_of(arms) == [
+        ("box-head-kld-is", "box-siam"), ("box-head-nce", "box-siam"),
+        ("box-head-nce", "box-head-kld-is"), ("box-head-nce+", "box-siam"),
+        ("box-head-nce+", "box-head-kld-is"), ("box-head-nce+", "box-head-nce"),
+        ("box-head-ml-is", "box-siam")]
+    # only the pairs whose both losses are compared
+    two = recipe.box_head_arms(tiny("--config.box_head_methods=nce+,nce"))
+    assert pairs_of(two) == [("box-head-nce+", "box-siam"), ("box-head-nce+", "box-head-nce"),
+                             ("box-head-nce", "box-siam")]
+
+
+def test_chosen_settings_reach_training_and_tracker():
+    cfg = tiny()
+    chosen = {"nce": recipe.dataclasses.replace(cfg.box_head, method="nce",
+                                                step_lengths=(0.01,) * 4)}
+    arms = {a.label: a for a in recipe.box_head_arms(cfg, chosen)}
+    assert arms["box-head-nce"].tracker.settings.step_lengths == (0.01,) * 4
+    assert arms["box-head-nce"].train.keywords["settings"] is chosen["nce"]
+    assert arms["box-head-kld-is"].tracker.settings.step_lengths == cfg.box_head.step_lengths
+
+
+def test_best_candidate_by_mean_over_seeds():
+    scores = {"x1": [0.50, 0.70], "x2": [0.65, 0.60], "x4": [0.90, 0.20]}
+    assert recipe.best_candidate(scores) == "x2"  # mean 0.625 beats 0.60 and 0.55
+    assert recipe.best_candidate({"a": [0.5], "b": [0.5]}) == "a"  # a tie: the first
+    assert recipe.best_candidate({"b": [0.5], "a": [0.5]}) == "b"
+    with pytest.raises(ValueError, match="no candidates"):
+        recipe.best_candidate({})
+
+
+def test_validation_split_is_held_out_of_training():
+    cfg = tiny()
+    seqs = [f"train_{i}" for i in range(cfg.num_train_sequences)]
+    data = stages.TrackingData(train=seqs, eval_sets={}, identity={"train": {"t": 1}})
+    train, train_id = recipe.training_split(data, cfg)
+    val, val_id = recipe.validation_split(data, cfg)
+    assert len(val) == cfg.validation_sequences >= 1
+    assert train + val == seqs and not set(train) & set(val)
+    assert train_id != data.identity["train"] and val_id != train_id
+    # the Box-Siam experiment trains on all of it, with its identity unchanged
+    base = load_config(f"{ROOT / 'experiments/tracking/siamfc_box.py'}:tiny")
+    assert recipe.training_split(data, base) == (seqs, {"t": 1})
+
+
+def _paired(mean, se_seeds, se_sequences):
+    real = se_seeds is not None and abs(mean) > 2 * max(se_seeds, se_sequences)
+    return {"mean": mean, "se_seeds": se_seeds, "se_sequences": se_sequences,
+            "per_seed": [mean] * 3, "real": real, "seeds": [0, 1, 2]}
+
+
+def test_verdicts_only_beyond_two_standard_errors():
+    rows = {"box-head-nce+ vs box-siam": _paired(0.10, 0.02, 0.03),
+            "box-head-nce+ vs box-head-kld-is": _paired(-0.05, 0.01, 0.03),
+            "box-head-nce vs box-head-kld-is": _paired(-0.05, 0.01, 0.02),
+            "box-head-ml-is vs box-siam": _paired(0.05, None, 0.01)}
+    pairs = [tuple(k.split(" vs ")) for k in rows]
+    lines = report.box_head_verdicts(rows, pairs)
+    assert "above SiamFC's scale search (Box-Siam) by 10.0 AUC points" in lines[0]
+    assert "not separated" in lines[1]  # 5 points, but the sequences' se is 3
+    assert "is below box head, KLD-IS by 5.0" in lines[2]
+    assert "one seed, no verdict" in lines[3]
+    text = report.paired_line("box-head-nce+", "box-siam", rows["box-head-nce+ vs box-siam"])
+    assert "+10.0 (se 2.0 over 3 seeds, 3.0 over sequences): beyond 2" in text
+
+
+@pytest.mark.parametrize("override, setting", [
+    ("--config.box_head.num_samples=0", "--config.box_head: BoxHeadSettings.num_samples"),
+    ("--config.box_head.sigmas=0,0.5", "--config.box_head: BoxHeadSettings.sigmas"),
+    ("--config.validation_sequences=0", "validation_sequences"),
+    ("--config.box_head_methods=nce,kld", "box_head_methods"),
+    ("--config.step_scales=0", "step_scales"),
+    ("--config.sigma_grid=0.05,-1", "sigma_grid"),
+])
+def test_bad_settings_fail_before_training(tmp_path, capsys, override, setting):
+    code = main(["run", f"{CONFIG}:tiny", override, "--workdir", str(tmp_path / "w"),
+                 "--out", str(tmp_path / "o"), "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and setting in lines[0], err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+    assert not list(tmp_path.rglob("checkpoints"))
+
+
+def test_validation_must_leave_training_sequences():
+    with pytest.raises(ConfigError, match="validation_sequences"):
+        tiny("--config.validation_sequences=4")  # num_train_sequences is 4
+
+
+def test_variants_and_shared_data_with_box_siam():
+    for variant in ("tiny", "quick", "paper"):
+        cfg = load_config(f"{CONFIG}:{variant}")
+        assert cfg.experiment == "box-head" and cfg.validation_sequences >= 1
+        assert dict(cfg.reference)["TrackingNet"] == "78.1 / 77.1 / 78.7"
+    cfg = load_config(f"{CONFIG}:quick")
+    box = load_config(f"{ROOT / 'experiments/tracking/siamfc_box.py'}:quick")
+
+    class Ctx:  # the data seed of a run with seed 0
+        @staticmethod
+        def seed_of(stage, purpose):
+            return len(f"{stage}/{purpose}")
+
+    assert stages.generated_specs(cfg, Ctx) == stages.generated_specs(box, Ctx)
+    paper = load_config(f"{CONFIG}:paper", ["--config.train_data=got10k",
+                                            f"--config.got10k_root={ROOT}"])
+    assert paper.train_data == "got10k"
+
+
+def test_readme_section_command_is_a_real_config():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Tracking with an energy-based box head", 1)[1].split("\n## ")[0]
+    commands = re.findall(r"ebm-jax run (\S+?\.py):(\w+)", section)
+    assert commands, "the section has no command"
+    for path, variant in commands:
+        cfg = load_config(f"{ROOT / path}:{variant}")
+        assert cfg.experiment == "box-head"
+    first = CONFIG.read_text().split('"""')[1].splitlines()[0]
+    assert first == "ebm-jax run experiments/tracking/ebm_table4_box_head.py:quick"
+
+
+@pytest.mark.slow
+def test_tiny_run_end_to_end(tmp_path):
+    run_experiment(tiny(), workdir=tmp_path / "w", out=tmp_path / "o", progress=False,
+                   log=_quiet)
+    payload = json.loads((tmp_path / "o" / "results.json").read_text())
+    rows = payload["tables"]["generated-test"]
+    assert list(rows) == ["static", "box-siam", "coarse"] + HEADS
+    for label in HEADS:
+        (row,) = rows[label]
+        assert row["fps"] > 0 and row["coarse_fps"] > 0
+        assert 0.0 <= row["auc"] <= 1.0 and len(row["sequence_auc"]) == 2
+        assert row["coarse_fps"] == rows["coarse"][0]["fps"]  # the frozen backbone's
+    val = payload["validation"]
+    assert set(val["choice"]) == {"kld-is", "nce", "nce+", "ml-is"}
+    assert val["sequences"] == ["train_00004"]  # the last training sequence
+    for m, choice in val["choice"].items():
+        assert set(val["auc"][m]) == {"sigmas 0.05/0.5, steps x1",
+                                      "sigmas 0.05/0.5, steps x4"}
+        assert choice["candidate"] == recipe.best_candidate(val["auc"][m])
+    assert [a["label"] for a in payload["arms"]] == ["box-siam"] + HEADS
+    training = payload["training"]
+    assert {"box-siam-s0"} | {f"{h}-s0" for h in HEADS} == set(training)
+    summary = payload["summary"]["generated-test"]
+    assert summary["box-head-nce+ vs box-head-kld-is"]["seeds"] == [0]
+    md = (tmp_path / "o" / "results.md").read_text()
+    assert "DiMP-NCE+" in md and "Paired differences" in md and "validation split" in md
+    for name in ("generated-test_auc.png", "strips.png", "generated-test_success.png"):
+        assert (tmp_path / "o" / name).stat().st_size > 2000, name
+    # a rerun resumes every stage and every cached evaluation: the same figures
+    again = run_experiment(tiny(), workdir=tmp_path / "w", out=tmp_path / "o2",
+                           progress=False, log=_quiet)
+    assert again.payload["validation"] == val
+    assert again.payload["tables"]["generated-test"]["box-head-nce"][0]["auc"] == \
+        rows["box-head-nce"][0]["auc"]
+
+
+def test_report_has_paper_table_validation_choice_and_both_standard_errors():
+    score = {k: {"mean": 0.5, "sd": 0.01} for k in ("auc", "precision", "norm_precision",
+                                                     "ao", "sr50", "sr75", "fps")}
+    summary = {"generated-test": {"box-siam": score, "box-head-nce+": score,
+                                  "box-head-nce+ vs box-siam": _paired(0.10, 0.02, 0.03)}}
+    validation = {"sequences": ["train_00009"], "auc": {
+        "nce+": {"steps x1": [0.4, 0.5], "steps x2": [0.6, 0.5]}},
+        "choice": {"nce+": {"candidate": "steps x2"}}}
+    cfg = load_config(f"{CONFIG}:quick")
+    md = report.box_head_markdown(summary, [("box-head-nce+", "box-siam")], validation,
+                                  title="t", seeds=(0, 1, 2), reference=cfg.reference,
+                                  reference_note=cfg.reference_note)
+    assert "| box head, NCE+ | 50.0 +- 1.0 |" in md
+    assert "| steps x1 | 45.0 |" in md and "| steps x2 | 55.0 * |" in md
+    assert "| TrackingNet | 78.1 | 77.1 | 78.7 |" in md and "different scale" in md
+    assert "se 2.0 over 3 seeds, 3.0 over sequences" in md
+    assert "NCE+ > KLD-IS > NCE" in md  # the paper's order, from the config's note
+    assert "box head, NCE+ vs box-siam" not in md  # pairs are not rows of the table
+
+
+def test_choice_on_the_validation_split_only(monkeypatch):
+    """choose_box_head_settings with training and tracking replaced by fakes: every
+    candidate (sigmas x step scales) of every method and seed is tracked on the last
+    training sequences only, and the choice is the best mean over seeds."""
+    cfg = tiny("--config.sigma_grid=0.05,0.5;0.1,1.0", "--config.step_scales=1,2",
+               "--config.seeds=0,1", "--config.box_head_methods=nce+,kld-is")
+    seqs = [SimpleNamespace(name=f"train_{i}") for i in range(cfg.num_train_sequences)]
+    data = stages.TrackingData(train=seqs, eval_sets={"generated-test": ["test_0"]},
+                               identity={"train": {"t": 1}})
+    trained, tracked = [], []
+
+    class Log:  # the run context: only its log is used
+        log = staticmethod(_quiet)
+
+    def fake_head(env, seed, used, *, settings):
+        trained.append((seed, settings.method, settings.sigmas))
+        return stages.Trained(settings, {"trained": {"seed": seed}})
+
+    def fake_evaluate(ctx, name, identity, set_name, sequences, run, *, progress_desc):
+        tracked.append((set_name, list(sequences)))
+        return run
+
+    def fake_scores(settings, sequences):
+        # the best: NCE+ with sigmas (0.1, 1.0) at 2x, KLD-IS with (0.05, 0.5) at 1x
+        good = {"nce+": ((0.1, 1.0), 2.0), "kld-is": ((0.05, 0.5), 1.0)}[settings.method]
+        hit = (settings.sigmas == good[0]
+               and settings.step_lengths[0] == good[1] * cfg.box_head.step_lengths[0])
+        return {"auc": 0.6 if hit else 0.4}
+
+    monkeypatch.setattr(recipe, "train_box_siam", lambda env, seed, used: "backbone")
+    monkeypatch.setattr(recipe, "train_box_head_arm", fake_head)
+    monkeypatch.setattr(recipe, "box_head_runner", lambda model, s: s)
+    monkeypatch.setattr(stages, "evaluate", fake_evaluate)
+    monkeypatch.setattr(stages, "scores", fake_scores)
+    chosen, record = recipe.choose_box_head_settings(
+        recipe.TrackingRun(cfg, Log(), data), cfg.seeds)
+    assert len(trained) == 2 * 2 * 2  # seeds x methods x sigmas: heads trained
+    assert len(tracked) == 2 * 2 * 2 * 2 and all(  # ... x step scales: trackings
+        t == ("validation", seqs[-cfg.validation_sequences:]) for t in tracked)
+    assert chosen["nce+"].sigmas == (0.1, 1.0)
+    assert chosen["nce+"].step_lengths == tuple(2 * x for x in cfg.box_head.step_lengths)
+    assert chosen["kld-is"].sigmas == (0.05, 0.5)
+    assert chosen["kld-is"].step_lengths == cfg.box_head.step_lengths
+    assert record["choice"]["nce+"]["candidate"] == "sigmas 0.1/1, steps x2"
+    assert record["auc"]["nce+"]["sigmas 0.1/1, steps x2"] == [0.6, 0.6]
+    assert record["sequences"] == [q.name for q in seqs[-cfg.validation_sequences:]]
