@@ -368,18 +368,6 @@ def choose_box_head_settings(env: TrackingRun, seeds) -> tuple[dict, dict]:
     return {m: candidates[m][label] for m, label in choice.items()}, record
 
 
-# The table of experiments: each one's arms, in the order of its tables, each with its
-# training, its tracker (SiamFC's scale search unless given), the arms whose models it
-# uses (same seed) and the arms it is compared with ("static": the first box in every
-# frame, tracked once per set). A new tracker is one more line here.
-EXPERIMENTS = {
-    "box-siam": Experiment(lambda cfg: [
-        Arm("random", "random", random_start, uses=("box-siam",)),
-        Arm("box-siam", "box-siam", train_box_siam, compared_with=("static", "random"))]),
-    "box-head": Experiment(box_head_arms, paper="seed 000 Table 4"),
-}
-
-
 def coarse_evaluation(env: TrackingRun, arms, res, eval_sets) -> None:
     """The box-head arms' coarse tracker (the same model with refine=False: SiamFC's
     centre at one scale, the previous size kept), tracked on every set and seed for
@@ -414,18 +402,37 @@ def coarse_evaluation(env: TrackingRun, arms, res, eval_sets) -> None:
                                      if k != "box-siam"}}
 
 
+def choose_box_head_arms(env: TrackingRun, seeds) -> tuple[list[Arm], dict]:
+    """The box-head arms with the settings chosen on the validation split
+    (`choose_box_head_settings`), and the validation record."""
+    chosen, record = choose_box_head_settings(env, seeds)
+    return box_head_arms(env.cfg, chosen), record
+
+
+# The table of experiments: each one's arms, in the order of its tables, each with its
+# training, its tracker (SiamFC's scale search unless given), the arms whose models it
+# uses (same seed) and the arms it is compared with ("static": the first box in every
+# frame, tracked once per set). A new tracker is one more line here.
+EXPERIMENTS = {
+    "box-siam": Experiment(lambda cfg: [
+        Arm("random", "random", random_start, uses=("box-siam",)),
+        Arm("box-siam", "box-siam", train_box_siam, compared_with=("static", "random"))]),
+    "box-head": Experiment(box_head_arms, paper="seed 000 Table 4",
+                           choose=choose_box_head_arms, after=coarse_evaluation),
+}
+
+
 def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
     data = data if data is not None else stages.open_data(cfg, ctx)
     eval_sets = {s: (data.identity[s], seqs) for s, seqs in data.eval_sets.items()}
     env = TrackingRun(cfg, ctx, data)
-    arms = EXPERIMENTS[cfg.experiment].arms(cfg)
-    validation = None
-    if cfg.experiment == "box-head":  # the trackers' settings are chosen before testing
-        chosen, validation = choose_box_head_settings(env, cfg.seeds)
-        arms = box_head_arms(cfg, chosen)
+    experiment = EXPERIMENTS[cfg.experiment]
+    arms, validation = experiment.arms(cfg), None
+    if experiment.choose is not None:  # the trackers' settings, before any testing
+        arms, validation = experiment.choose(env, cfg.seeds)
     res = run_arms(env, ctx, arms, cfg.seeds, eval_sets)
-    if cfg.experiment == "box-head":
-        coarse_evaluation(env, arms, res, eval_sets)
+    if experiment.after is not None:
+        experiment.after(env, arms, res, eval_sets)
     training = {}  # training stage -> its figures
     for seed in cfg.seeds:
         for t in res.trained[seed].values():

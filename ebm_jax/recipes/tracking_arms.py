@@ -108,10 +108,16 @@ def training_order(arms: Sequence[Arm]) -> list[Arm]:
 @dataclasses.dataclass
 class Experiment:
     """A row of a recipe's table of experiments: the arms (with their pairs) from the
-    config, and the paper's figures they are compared with."""
+    config, and the paper's figures they are compared with. An experiment whose
+    trackers' settings are chosen on a validation split gives `choose(env, seeds) ->
+    (arms, record)`, run before any test-split tracking (the arms then carry the chosen
+    settings; the record goes to the results); `after(env, arms, results, eval_sets)`
+    adds evaluations of its own to the `ArmResults` once every arm is tracked."""
 
     arms: Callable[[Any], list[Arm]]
     paper: str = ""
+    choose: Callable[[Any, Sequence[int]], tuple[list[Arm], dict]] | None = None
+    after: Callable[[Any, Sequence[Arm], Any, Mapping], None] | None = None
 
 
 @dataclasses.dataclass
