@@ -49,7 +49,7 @@ from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
 from ebm_jax.tracking.box_head import TRACKING_METHODS, BoxHeadSettings
 from ebm_jax.train.stages import RunContext
 
-__all__ = ["Config", "check", "run"]
+__all__ = ["BoxHeadSettings", "Config", "check", "preset", "run"]
 
 @dataclasses.dataclass(frozen=True)
 class Config:

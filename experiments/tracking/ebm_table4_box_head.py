@@ -33,8 +33,7 @@ min, test tracking ~30 min), tiny (the tests, about two minutes), paper (the pub
 SiamFC net and schedule, heads 40k steps; GPU).
 """
 
-from ebm_jax.recipes.tracking import preset
-from ebm_jax.tracking.box_head import BoxHeadSettings
+from ebm_jax.recipes.tracking import BoxHeadSettings, preset
 
 VARIANTS = ("quick", "tiny", "paper")
 
