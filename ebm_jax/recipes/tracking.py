@@ -16,13 +16,10 @@ No hyperparameter is tuned: the tracking and training settings are SiamFC's publ
 ones (REFERENCE.md sec. 4); only the model width, the number of steps and the data size
 are scaled to the machine.
 
-The "box-head" experiment (seed 000 sec. 5, Table 4; `box_head_arms`) adds, per seed and
-loss, a box head trained on that seed's Box-Siam (`box_head_stages.train_box_head`),
-tracked by SiamFC's centre at one scale refined on the head's energy, against SiamFC's
-own scale search. Its refinement step lengths (and optionally training sigmas) are
-chosen on the last `validation_sequences` of the training split, which no arm trains on
-(`choose_box_head_settings`), before the test split is tracked once per arm; the same
-trackers without the refinement give the coarse FPS (`coarse_evaluation`):
+The "box-head" experiment (seed 000 sec. 5, Table 4;
+`ebm_jax.recipes.box_head_experiment`) adds, per seed and loss, a box head trained on
+that seed's Box-Siam, refined on the head's energy, against SiamFC's own scale search;
+its settings are chosen on the last `validation_sequences` of the training split:
 
     <workdir>/box-head-<method>-s<seed>-<hash>        a head's training
     <workdir>/eval-box-head-<method>-s<seed>-<hash>/  its tracking (validation: one
@@ -39,9 +36,10 @@ import math
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.box_head_stages import box_head_runner, train_box_head
-from ebm_jax.recipes.tracking_arms import (Arm, Experiment, Tracker, Trained, pairs_of,
-                                           run_arms)
+from ebm_jax.recipes.box_head_experiment import (box_head_arms, choose_box_head_arms,
+                                                 coarse_evaluation)
+from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
+from ebm_jax.recipes.tracking_stages import TrackingRun, box_siam_arm, training_split
 from ebm_jax.report import Report
 from ebm_jax.report import tracking as report
 from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
@@ -227,186 +225,11 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
     return data
 
 
-@dataclasses.dataclass(frozen=True)
-class TrackingRun:
-    """What an arm's training function gets: the config, the run and the opened data."""
-
-    cfg: Config
-    ctx: RunContext
-    data: stages.TrackingData
-
-
-def training_split(data: stages.TrackingData, cfg: Config) -> tuple[list, dict]:
-    """The sequences the arms train on, and their identity: the training split less
-    its last `validation_sequences` (the validation split; all of it when 0)."""
-    v = cfg.validation_sequences
-    if not v:
-        return data.train, data.identity["train"]
-    return data.train[:-v], {"sequences": data.identity["train"], "held_out_last": v}
-
-
-def validation_split(data: stages.TrackingData, cfg: Config) -> tuple[list, dict]:
-    """The last `validation_sequences` of the training split, and their identity."""
-    v = cfg.validation_sequences
-    return data.train[-v:], {"sequences": data.identity["train"], "last": v}
-
-
-def train_box_siam(env: TrackingRun, seed: int, used) -> Trained:
-    """Box-Siam: SiamFC trained on the training split's boxes (less the validation
-    split, where there is one)."""
-    if not env.cfg.validation_sequences:
-        return stages.train_box_siam(env.cfg, env.ctx, env.data, seed)
-    sequences, identity = training_split(env.data, env.cfg)
-    return stages.train_box_siam(env.cfg, env.ctx, env.data, seed, sequences=sequences,
-                                 data_identity=identity)
-
-
 def random_start(env: TrackingRun, seed: int, used) -> Trained:
     """SiamFC with the random initial backbone of the same seed's Box-Siam."""
     box = used["box-siam"]
     return Trained(stages.build_model(env.cfg, env.ctx, box.stage),
                    {"start_of": box.identity["trained"]})
-
-
-def train_box_head_arm(env: TrackingRun, seed: int, used, *,
-                       settings: BoxHeadSettings) -> Trained:
-    """The box head of `settings` (its loss: `settings.method`) on the same seed's
-    Box-Siam backbone (frozen unless `box_head_joint`), trained on the training split
-    less the validation split (`box_head_stages.train_box_head`)."""
-    box, joint = used["box-siam"], env.cfg.box_head_joint
-    sequences, identity = training_split(env.data, env.cfg)
-    sigmas = "" if settings.sigmas == env.cfg.box_head.sigmas else "-sigmas" + "_".join(
-        f"{x:g}" for x in settings.sigmas)
-    t = train_box_head(env.ctx, sequences, data_identity=identity, backbone=box.model,
-                       backbone_identity=box.identity["trained"], settings=settings,
-                       joint=joint, siamfc=stages.SIAMFC,
-                       name=f"box-head-{settings.method}{sigmas}"
-                            f"{'-joint' if joint else ''}-s{seed}")
-    return Trained(t.net, {"trained": t.identity}, t.figures, t.name)
-
-
-def box_head_tracker(settings: BoxHeadSettings) -> Tracker:
-    """SiamFC's centre (one scale) refined by the box head of `settings`."""
-    return Tracker("box-head", settings, box_head_runner)
-
-
-# the loss comparisons of Table 4 (a - b), where both are in box_head_methods
-LOSS_PAIRS = (("nce+", "kld-is"), ("nce+", "nce"), ("nce", "kld-is"))
-
-
-def box_head_arms(cfg: Config, chosen: dict | None = None) -> list[Arm]:
-    """Seed 000's Table 4 here: Box-Siam with SiamFC's own scale search, and one box
-    head per loss of `box_head_methods` on that Box-Siam's backbone, compared with the
-    scale search and with each other (`LOSS_PAIRS`). `chosen`: the settings of each
-    method chosen on the validation split (`choose_box_head_settings`); without it,
-    `cfg.box_head`'s."""
-    chosen = chosen or {}
-    arms = [Arm("box-siam", "box-siam", train_box_siam)]
-    for m in cfg.box_head_methods:
-        settings = chosen.get(m) or dataclasses.replace(cfg.box_head, method=m)
-        versus = ("box-siam",) + tuple(f"box-head-{b}" for a, b in LOSS_PAIRS
-                                       if a == m and b in cfg.box_head_methods)
-        arms.append(Arm(f"box-head-{m}", f"box-head-{m}",
-                        functools.partial(train_box_head_arm, settings=settings),
-                        tracker=box_head_tracker(settings), uses=("box-siam",),
-                        compared_with=versus, about=(("loss", m),)))
-    return arms
-
-
-def best_candidate(scores: dict[str, list[float]]) -> str:
-    """The candidate of highest mean score over seeds (`scores`: candidate -> one score
-    per seed); a tie goes to the first in `scores`' order."""
-    if not scores:
-        raise ValueError("no candidates to choose from")
-    means = {k: sum(v) / len(v) for k, v in scores.items()}
-    return max(means, key=lambda k: (means[k], -list(means).index(k)))
-
-
-def candidate_label(sigmas, scale: float) -> str:
-    return f"sigmas {'/'.join(f'{x:g}' for x in sigmas)}, steps x{scale:g}"
-
-
-def choose_box_head_settings(env: TrackingRun, seeds) -> tuple[dict, dict]:
-    """Per method of `box_head_methods`, the refinement's step lengths (`step_scales`
-    x box_head.step_lengths) and the training sigmas (`sigma_grid`) of highest mean
-    AUC over `seeds` on the validation split (the last `validation_sequences` of the
-    training split; no arm trains on them), never on the test split. Each candidate's
-    tracking is cached per sequence like every evaluation. Returns ({method: settings},
-    the validation record for results.json)."""
-    cfg, ctx = env.cfg, env.ctx
-    val, val_id = validation_split(env.data, cfg)
-    sigma_grid = cfg.sigma_grid or (cfg.box_head.sigmas,)
-    scores = {m: {} for m in cfg.box_head_methods}
-    candidates = {m: {} for m in cfg.box_head_methods}
-    for seed in seeds:
-        used = {"box-siam": train_box_siam(env, seed, {})}
-        for m in cfg.box_head_methods:
-            for sigmas in sigma_grid:
-                trained = dataclasses.replace(cfg.box_head, method=m, sigmas=sigmas)
-                t = train_box_head_arm(env, seed, used, settings=trained)
-                for scale in cfg.step_scales:
-                    s = dataclasses.replace(trained, step_lengths=tuple(
-                        scale * x for x in cfg.box_head.step_lengths))
-                    label = candidate_label(sigmas, scale)
-                    ident = {**t.identity, "set": val_id,
-                             "tracking": dataclasses.asdict(s)}
-                    recs = stages.evaluate(ctx, f"box-head-{m}-s{seed}", ident,
-                                           "validation", val, box_head_runner(t.model, s),
-                                           progress_desc=f"{m} s{seed} {label} on "
-                                                         "validation")
-                    scores[m].setdefault(label, []).append(stages.scores(recs, val)["auc"])
-                    candidates[m][label] = s
-    choice = {m: best_candidate(scores[m]) for m in cfg.box_head_methods}
-    for m, label in choice.items():
-        ctx.log(f"validation: {m} takes {label} (mean AUC "
-                f"{sum(scores[m][label]) / len(scores[m][label]):.3f})")
-    record = {"sequences": [q.name for q in val], "seeds": list(seeds),
-              "auc": scores, "choice": {m: {
-                  "candidate": label, "step_lengths": list(candidates[m][label].step_lengths),
-                  "sigmas": list(candidates[m][label].sigmas)}
-                  for m, label in choice.items()}}
-    return {m: candidates[m][label] for m, label in choice.items()}, record
-
-
-def coarse_evaluation(env: TrackingRun, arms, res, eval_sets) -> None:
-    """The box-head arms' coarse tracker (the same model with refine=False: SiamFC's
-    centre at one scale, the previous size kept), tracked on every set and seed for
-    its FPS beside the refined one's (`coarse_fps` in each box-head row). With a frozen
-    backbone it is the same tracker for every loss (one cached evaluation per seed and
-    set), added to the results as the arm "coarse" (compared with nothing)."""
-    cfg, ctx = env.cfg, env.ctx
-    heads = [a for a in arms if a.tracker.name == "box-head"]
-    for set_name, (set_id, sequences) in eval_sets.items():
-        coarse = []
-        for seed in cfg.seeds:
-            for arm in heads:
-                t = res.trained[seed][arm.label]
-                model = (t.identity["trained"] if cfg.box_head_joint
-                         else t.identity["trained"]["backbone"])
-                ident = {"model": model, "set": set_id, "refine": False,
-                         "tracking": dataclasses.asdict(stages.SIAMFC)}
-                recs = stages.evaluate(ctx, f"coarse-s{seed}", ident, set_name, sequences,
-                                       box_head_runner(t.model, arm.tracker.settings,
-                                                       refine=False),
-                                       progress_desc=f"coarse s{seed} on {set_name}")
-                row = {"seed": seed, **stages.scores(recs, sequences)}
-                rows = res.rows[set_name][arm.label]
-                next(r for r in rows if r["seed"] == seed)["coarse_fps"] = row["fps"]
-                if not cfg.box_head_joint and arm is heads[0]:
-                    coarse.append(row)
-                    res.records[set_name].setdefault("coarse", {})[seed] = recs
-        if coarse:
-            res.rows[set_name] = {"box-siam": res.rows[set_name]["box-siam"],
-                                  "coarse": coarse,
-                                  **{k: v for k, v in res.rows[set_name].items()
-                                     if k != "box-siam"}}
-
-
-def choose_box_head_arms(env: TrackingRun, seeds) -> tuple[list[Arm], dict]:
-    """The box-head arms with the settings chosen on the validation split
-    (`choose_box_head_settings`), and the validation record."""
-    chosen, record = choose_box_head_settings(env, seeds)
-    return box_head_arms(env.cfg, chosen), record
 
 
 # The table of experiments: each one's arms, in the order of its tables, each with its
@@ -416,7 +239,7 @@ def choose_box_head_arms(env: TrackingRun, seeds) -> tuple[list[Arm], dict]:
 EXPERIMENTS = {
     "box-siam": Experiment(lambda cfg: [
         Arm("random", "random", random_start, uses=("box-siam",)),
-        Arm("box-siam", "box-siam", train_box_siam, compared_with=("static", "random"))]),
+        Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static", "random"))]),
     "box-head": Experiment(box_head_arms, paper="seed 000 Table 4",
                            choose=choose_box_head_arms, after=coarse_evaluation),
 }

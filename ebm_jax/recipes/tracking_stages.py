@@ -173,6 +173,43 @@ def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
                    name)
 
 
+# --------------------------------------------------------------------------- arms
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackingRun:
+    """What an arm's training function gets: the config, the run and the opened data."""
+
+    cfg: Any  # the recipe's Config
+    ctx: Any  # the RunContext
+    data: TrackingData
+
+
+def training_split(data: TrackingData, cfg) -> tuple[list, dict]:
+    """The sequences the arms train on, and their identity: the training split less
+    its last `validation_sequences` (the validation split; all of it when 0)."""
+    v = cfg.validation_sequences
+    if not v:
+        return data.train, data.identity["train"]
+    return data.train[:-v], {"sequences": data.identity["train"], "held_out_last": v}
+
+
+def validation_split(data: TrackingData, cfg) -> tuple[list, dict]:
+    """The last `validation_sequences` of the training split, and their identity."""
+    v = cfg.validation_sequences
+    return data.train[-v:], {"sequences": data.identity["train"], "last": v}
+
+
+def box_siam_arm(env: TrackingRun, seed: int, used) -> Trained:
+    """Box-Siam: SiamFC trained on the training split's boxes (less the validation
+    split, where there is one)."""
+    if not env.cfg.validation_sequences:
+        return train_box_siam(env.cfg, env.ctx, env.data, seed)
+    sequences, identity = training_split(env.data, env.cfg)
+    return train_box_siam(env.cfg, env.ctx, env.data, seed, sequences=sequences,
+                                 data_identity=identity)
+
+
 # --------------------------------------------------------------------------- evaluation
 
 

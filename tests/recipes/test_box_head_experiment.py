@@ -11,6 +11,7 @@ import pytest
 
 from ebm_jax.cli import main
 from ebm_jax.config import ConfigError, load_config
+from ebm_jax.recipes import box_head_experiment as experiment
 from ebm_jax.recipes import run_experiment
 from ebm_jax.recipes import tracking as recipe
 from ebm_jax.recipes import tracking_stages as stages
@@ -46,7 +47,7 @@ def test_arms_table_and_pairs():
         ("box-head-nce+", "box-head-kld-is"), ("box-head-nce+", "box-head-nce"),
         ("box-head-ml-is", "box-siam")]
     # only the pairs whose both losses are compared
-    two = recipe.box_head_arms(tiny("--config.box_head_methods=nce+,nce"))
+    two = experiment.box_head_arms(tiny("--config.box_head_methods=nce+,nce"))
     assert pairs_of(two) == [("box-head-nce+", "box-siam"), ("box-head-nce+", "box-head-nce"),
                              ("box-head-nce", "box-siam")]
 
@@ -55,7 +56,7 @@ def test_chosen_settings_reach_training_and_tracker():
     cfg = tiny()
     chosen = {"nce": recipe.dataclasses.replace(cfg.box_head, method="nce",
                                                 step_lengths=(0.01,) * 4)}
-    arms = {a.label: a for a in recipe.box_head_arms(cfg, chosen)}
+    arms = {a.label: a for a in experiment.box_head_arms(cfg, chosen)}
     assert arms["box-head-nce"].tracker.settings.step_lengths == (0.01,) * 4
     assert arms["box-head-nce"].train.keywords["settings"] is chosen["nce"]
     assert arms["box-head-kld-is"].tracker.settings.step_lengths == cfg.box_head.step_lengths
@@ -63,25 +64,25 @@ def test_chosen_settings_reach_training_and_tracker():
 
 def test_best_candidate_by_mean_over_seeds():
     scores = {"x1": [0.50, 0.70], "x2": [0.65, 0.60], "x4": [0.90, 0.20]}
-    assert recipe.best_candidate(scores) == "x2"  # mean 0.625 beats 0.60 and 0.55
-    assert recipe.best_candidate({"a": [0.5], "b": [0.5]}) == "a"  # a tie: the first
-    assert recipe.best_candidate({"b": [0.5], "a": [0.5]}) == "b"
+    assert experiment.best_candidate(scores) == "x2"  # mean 0.625 beats 0.60 and 0.55
+    assert experiment.best_candidate({"a": [0.5], "b": [0.5]}) == "a"  # a tie: the first
+    assert experiment.best_candidate({"b": [0.5], "a": [0.5]}) == "b"
     with pytest.raises(ValueError, match="no candidates"):
-        recipe.best_candidate({})
+        experiment.best_candidate({})
 
 
 def test_validation_split_is_held_out_of_training():
     cfg = tiny()
     seqs = [f"train_{i}" for i in range(cfg.num_train_sequences)]
     data = stages.TrackingData(train=seqs, eval_sets={}, identity={"train": {"t": 1}})
-    train, train_id = recipe.training_split(data, cfg)
-    val, val_id = recipe.validation_split(data, cfg)
+    train, train_id = stages.training_split(data, cfg)
+    val, val_id = stages.validation_split(data, cfg)
     assert len(val) == cfg.validation_sequences >= 1
     assert train + val == seqs and not set(train) & set(val)
     assert train_id != data.identity["train"] and val_id != train_id
     # the Box-Siam experiment trains on all of it, with its identity unchanged
     base = load_config(f"{ROOT / 'experiments/tracking/siamfc_box.py'}:tiny")
-    assert recipe.training_split(data, base) == (seqs, {"t": 1})
+    assert stages.training_split(data, base) == (seqs, {"t": 1})
 
 
 def _paired(mean, se_seeds, se_sequences):
@@ -178,7 +179,7 @@ def test_tiny_run_end_to_end(tmp_path):
     for m, choice in val["choice"].items():
         assert set(val["auc"][m]) == {"sigmas 0.05/0.5, steps x1",
                                       "sigmas 0.05/0.5, steps x4"}
-        assert choice["candidate"] == recipe.best_candidate(val["auc"][m])
+        assert choice["candidate"] == experiment.best_candidate(val["auc"][m])
     assert [a["label"] for a in payload["arms"]] == ["box-siam"] + HEADS
     training = payload["training"]
     assert {"box-siam-s0"} | {f"{h}-s0" for h in HEADS} == set(training)
@@ -245,13 +246,13 @@ def test_choice_on_the_validation_split_only(monkeypatch):
                and settings.step_lengths[0] == good[1] * cfg.box_head.step_lengths[0])
         return {"auc": 0.6 if hit else 0.4}
 
-    monkeypatch.setattr(recipe, "train_box_siam", lambda env, seed, used: "backbone")
-    monkeypatch.setattr(recipe, "train_box_head_arm", fake_head)
-    monkeypatch.setattr(recipe, "box_head_runner", lambda model, s: s)
+    monkeypatch.setattr(experiment, "box_siam_arm", lambda env, seed, used: "backbone")
+    monkeypatch.setattr(experiment, "train_box_head_arm", fake_head)
+    monkeypatch.setattr(experiment, "box_head_runner", lambda model, s: s)
     monkeypatch.setattr(stages, "evaluate", fake_evaluate)
     monkeypatch.setattr(stages, "scores", fake_scores)
-    chosen, record = recipe.choose_box_head_settings(
-        recipe.TrackingRun(cfg, Log(), data), cfg.seeds)
+    chosen, record = experiment.choose_box_head_settings(
+        stages.TrackingRun(cfg, Log(), data), cfg.seeds)
     assert len(trained) == 2 * 2 * 2  # seeds x methods x sigmas: heads trained
     assert len(tracked) == 2 * 2 * 2 * 2 and all(  # ... x step scales: trackings
         t == ("validation", seqs[-cfg.validation_sequences:]) for t in tracked)

@@ -1,0 +1,167 @@
+"""The box-head experiment of the tracking recipe (seed 000 sec. 5, Table 4): SiamFC's
+own scale search (Box-Siam) against a box head per loss, trained on the same seed's
+Box-Siam backbone (`box_head_stages.train_box_head`) and tracked by SiamFC's centre at one
+scale refined on the head's energy. The refinement's step lengths (and optionally the
+training sigmas) are chosen per loss on the validation split, the last
+`validation_sequences` of the training split, which no arm trains on
+(`choose_box_head_settings`), before the test split is tracked once per arm; the same
+trackers without the refinement give the coarse FPS (`coarse_evaluation`).
+
+`box_head_arms`, `choose_box_head_arms` and `coarse_evaluation` are the "box-head" row
+of `ebm_jax.recipes.tracking.EXPERIMENTS`; every `cfg` is that recipe's Config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from ebm_jax.recipes import tracking_stages as stages
+from ebm_jax.recipes.box_head_stages import box_head_runner, train_box_head
+from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained
+from ebm_jax.recipes.tracking_stages import box_siam_arm
+from ebm_jax.tracking.box_head import BoxHeadSettings
+
+__all__ = ["LOSS_PAIRS", "best_candidate", "box_head_arms", "choose_box_head_arms",
+           "choose_box_head_settings", "coarse_evaluation"]
+
+
+def train_box_head_arm(env: stages.TrackingRun, seed: int, used, *,
+                       settings: BoxHeadSettings) -> Trained:
+    """The box head of `settings` (its loss: `settings.method`) on the same seed's
+    Box-Siam backbone (frozen unless `box_head_joint`), trained on the training split
+    less the validation split (`box_head_stages.train_box_head`)."""
+    box, joint = used["box-siam"], env.cfg.box_head_joint
+    sequences, identity = stages.training_split(env.data, env.cfg)
+    sigmas = "" if settings.sigmas == env.cfg.box_head.sigmas else "-sigmas" + "_".join(
+        f"{x:g}" for x in settings.sigmas)
+    t = train_box_head(env.ctx, sequences, data_identity=identity, backbone=box.model,
+                       backbone_identity=box.identity["trained"], settings=settings,
+                       joint=joint, siamfc=stages.SIAMFC,
+                       name=f"box-head-{settings.method}{sigmas}"
+                            f"{'-joint' if joint else ''}-s{seed}")
+    return Trained(t.net, {"trained": t.identity}, t.figures, t.name)
+
+
+def box_head_tracker(settings: BoxHeadSettings) -> Tracker:
+    """SiamFC's centre (one scale) refined by the box head of `settings`."""
+    return Tracker("box-head", settings, box_head_runner)
+
+
+# the loss comparisons of Table 4 (a - b), where both are in box_head_methods
+LOSS_PAIRS = (("nce+", "kld-is"), ("nce+", "nce"), ("nce", "kld-is"))
+
+
+def box_head_arms(cfg, chosen: dict | None = None) -> list[Arm]:
+    """Seed 000's Table 4 here: Box-Siam with SiamFC's own scale search, and one box
+    head per loss of `box_head_methods` on that Box-Siam's backbone, compared with the
+    scale search and with each other (`LOSS_PAIRS`). `chosen`: the settings of each
+    method chosen on the validation split (`choose_box_head_settings`); without it,
+    `cfg.box_head`'s."""
+    chosen = chosen or {}
+    arms = [Arm("box-siam", "box-siam", box_siam_arm)]
+    for m in cfg.box_head_methods:
+        settings = chosen.get(m) or dataclasses.replace(cfg.box_head, method=m)
+        versus = ("box-siam",) + tuple(f"box-head-{b}" for a, b in LOSS_PAIRS
+                                       if a == m and b in cfg.box_head_methods)
+        arms.append(Arm(f"box-head-{m}", f"box-head-{m}",
+                        functools.partial(train_box_head_arm, settings=settings),
+                        tracker=box_head_tracker(settings), uses=("box-siam",),
+                        compared_with=versus, about=(("loss", m),)))
+    return arms
+
+
+def best_candidate(scores: dict[str, list[float]]) -> str:
+    """The candidate of highest mean score over seeds (`scores`: candidate -> one score
+    per seed); a tie goes to the first in `scores`' order."""
+    if not scores:
+        raise ValueError("no candidates to choose from")
+    means = {k: sum(v) / len(v) for k, v in scores.items()}
+    return max(means, key=lambda k: (means[k], -list(means).index(k)))
+
+
+def candidate_label(sigmas, scale: float) -> str:
+    return f"sigmas {'/'.join(f'{x:g}' for x in sigmas)}, steps x{scale:g}"
+
+
+def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict]:
+    """Per method of `box_head_methods`, the refinement's step lengths (`step_scales`
+    x box_head.step_lengths) and the training sigmas (`sigma_grid`) of highest mean
+    AUC over `seeds` on the validation split (the last `validation_sequences` of the
+    training split; no arm trains on them), never on the test split. Each candidate's
+    tracking is cached per sequence like every evaluation. Returns ({method: settings},
+    the validation record for results.json)."""
+    cfg, ctx = env.cfg, env.ctx
+    val, val_id = stages.validation_split(env.data, cfg)
+    sigma_grid = cfg.sigma_grid or (cfg.box_head.sigmas,)
+    scores = {m: {} for m in cfg.box_head_methods}
+    candidates = {m: {} for m in cfg.box_head_methods}
+    for seed in seeds:
+        used = {"box-siam": box_siam_arm(env, seed, {})}
+        for m in cfg.box_head_methods:
+            for sigmas in sigma_grid:
+                trained = dataclasses.replace(cfg.box_head, method=m, sigmas=sigmas)
+                t = train_box_head_arm(env, seed, used, settings=trained)
+                for scale in cfg.step_scales:
+                    s = dataclasses.replace(trained, step_lengths=tuple(
+                        scale * x for x in cfg.box_head.step_lengths))
+                    label = candidate_label(sigmas, scale)
+                    ident = {**t.identity, "set": val_id,
+                             "tracking": dataclasses.asdict(s)}
+                    recs = stages.evaluate(ctx, f"box-head-{m}-s{seed}", ident,
+                                           "validation", val, box_head_runner(t.model, s),
+                                           progress_desc=f"{m} s{seed} {label} on "
+                                                         "validation")
+                    scores[m].setdefault(label, []).append(stages.scores(recs, val)["auc"])
+                    candidates[m][label] = s
+    choice = {m: best_candidate(scores[m]) for m in cfg.box_head_methods}
+    for m, label in choice.items():
+        ctx.log(f"validation: {m} takes {label} (mean AUC "
+                f"{sum(scores[m][label]) / len(scores[m][label]):.3f})")
+    record = {"sequences": [q.name for q in val], "seeds": list(seeds),
+              "auc": scores, "choice": {m: {
+                  "candidate": label, "step_lengths": list(candidates[m][label].step_lengths),
+                  "sigmas": list(candidates[m][label].sigmas)}
+                  for m, label in choice.items()}}
+    return {m: candidates[m][label] for m, label in choice.items()}, record
+
+
+def coarse_evaluation(env: stages.TrackingRun, arms, res, eval_sets) -> None:
+    """The box-head arms' coarse tracker (the same model with refine=False: SiamFC's
+    centre at one scale, the previous size kept), tracked on every set and seed for
+    its FPS beside the refined one's (`coarse_fps` in each box-head row). With a frozen
+    backbone it is the same tracker for every loss (one cached evaluation per seed and
+    set), added to the results as the arm "coarse" (compared with nothing)."""
+    cfg, ctx = env.cfg, env.ctx
+    heads = [a for a in arms if a.tracker.name == "box-head"]
+    for set_name, (set_id, sequences) in eval_sets.items():
+        coarse = []
+        for seed in cfg.seeds:
+            for arm in heads:
+                t = res.trained[seed][arm.label]
+                model = (t.identity["trained"] if cfg.box_head_joint
+                         else t.identity["trained"]["backbone"])
+                ident = {"model": model, "set": set_id, "refine": False,
+                         "tracking": dataclasses.asdict(stages.SIAMFC)}
+                recs = stages.evaluate(ctx, f"coarse-s{seed}", ident, set_name, sequences,
+                                       box_head_runner(t.model, arm.tracker.settings,
+                                                       refine=False),
+                                       progress_desc=f"coarse s{seed} on {set_name}")
+                row = {"seed": seed, **stages.scores(recs, sequences)}
+                rows = res.rows[set_name][arm.label]
+                next(r for r in rows if r["seed"] == seed)["coarse_fps"] = row["fps"]
+                if not cfg.box_head_joint and arm is heads[0]:
+                    coarse.append(row)
+                    res.records[set_name].setdefault("coarse", {})[seed] = recs
+        if coarse:
+            res.rows[set_name] = {"box-siam": res.rows[set_name]["box-siam"],
+                                  "coarse": coarse,
+                                  **{k: v for k, v in res.rows[set_name].items()
+                                     if k != "box-siam"}}
+
+
+def choose_box_head_arms(env: stages.TrackingRun, seeds) -> tuple[list[Arm], dict]:
+    """The box-head arms with the settings chosen on the validation split
+    (`choose_box_head_settings`), and the validation record."""
+    chosen, record = choose_box_head_settings(env, seeds)
+    return box_head_arms(env.cfg, chosen), record
