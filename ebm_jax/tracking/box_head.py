@@ -34,7 +34,7 @@ from flax import nnx
 
 from ebm_jax.energy.boxes import ascend_boxes, make_tracking_box_loss
 from ebm_jax.ops.boxes import decode_relative, encode_relative
-from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square, exemplar_side
+from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square
 from ebm_jax.tracking.siamfc import SiamFCSettings, Tracker, make_tracker
 
 # fold_in purposes of the training step's key and of the tracker's key
@@ -204,12 +204,9 @@ def box_head_crops(key, batch: dict, settings: BoxHeadSettings,
     b = z_boxes.shape[0]
     batched_crop = jax.vmap(crop_square, in_axes=(0, 0, 0, None))
 
-    def side_of(h, w):
-        return exemplar_side(h, w, s.context) * (s.search_size / s.exemplar_size)
-
     zcy, zcx, zh, zw = box_to_center(z_boxes)
     z_center, z_size = jnp.stack([zcy, zcx], -1), jnp.stack([zh, zw], -1)
-    z_side = side_of(zh, zw)
+    z_side = s.search_side(zh, zw)
     ref = batched_crop(jnp.asarray(batch["z_frames"]), z_center, z_side, size)
     ref_boxes = crop_box(z_center, z_size, z_center, z_side, size)
 
@@ -222,7 +219,7 @@ def box_head_crops(key, batch: dict, settings: BoxHeadSettings,
                                    minval=-settings.scale_jitter,
                                    maxval=settings.scale_jitter)
     crop_center = x_center + shift * jnp.sqrt(xh * xw)[:, None]
-    x_side = side_of(xh, xw) * jnp.exp(log_scale)
+    x_side = s.search_side(xh, xw) * jnp.exp(log_scale)
     test = batched_crop(jnp.asarray(batch["x_frames"]), crop_center, x_side, size)
     test_boxes = crop_box(x_center, x_size, crop_center, x_side, size)
     return ref, ref_boxes, test, test_boxes
@@ -319,15 +316,11 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     def features(params_b, crop):
         return [lv[0] for lv in nnx.merge(graph_b, params_b).features(crop[None], levels)]
 
-    def side_of(sz):
-        return (exemplar_side(sz[0], sz[1], siamfc.context)
-                * (siamfc.search_size / siamfc.exemplar_size))
-
     def init(params, frame, box) -> BoxHeadState:
         params_b, params_h = params
         frame = jnp.asarray(frame)
         siam_state = siam.init(params_b, frame, box)
-        side = side_of(siam_state.size)
+        side = siamfc.search_side(siam_state.size[0], siam_state.size[1])
         crop = crop_square(frame, siam_state.center, side, size, siam_state.pad)
         ref_box = crop_box(siam_state.center, siam_state.size, siam_state.center, side, size)
         modulation = nnx.merge(graph_h, params_h).modulation(features(params_b, crop),
@@ -338,7 +331,7 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     def refine_box(params, state: BoxHeadState, frame, center, box_size):
         params_b, params_h = params
         head_m = nnx.merge(graph_h, params_h)
-        side = side_of(box_size)
+        side = siamfc.search_side(box_size[0], box_size[1])
         crop = crop_square(frame, center, side, size, state.siamfc.pad)
         test = head_m.test_features(features(params_b, crop))
         coarse = crop_box(center, box_size, center, side, size)
@@ -368,8 +361,8 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
         if refine:
             center, box_size = refine_box(params, state, frame, center, box_size)
             center, box_size = _limit(center, box_size, frame.shape, s.min_size)
-        siam_state = siam_state._replace(center=center, size=box_size,
-                                         search_side=side_of(box_size))
+        side = siamfc.search_side(box_size[0], box_size[1])
+        siam_state = siam_state._replace(center=center, size=box_size, search_side=side)
         new = state._replace(siamfc=siam_state, frame=state.frame + 1)
         return new, center_to_box(center[0], center[1], box_size[0], box_size[1])
 

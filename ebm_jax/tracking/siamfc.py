@@ -94,6 +94,11 @@ class SiamFCSettings:
                 raise ValueError(f"SiamFCSettings.{name} must be in {'(' if open_lo else '['}"
                                  f"{lo}, {hi}], got {v!r}")
 
+    def search_side(self, h, w):
+        """Side in frame pixels of the search crop of a target of size (h, w): the
+        exemplar side (`exemplar_side`, with `context`) x search_size / exemplar_size."""
+        return exemplar_side(h, w, self.context) * (self.search_size / self.exemplar_size)
+
     @property
     def response_size(self) -> int:
         """Side of the response map of a stride-`stride` backbone: 17 by default."""
@@ -199,7 +204,7 @@ def training_crops(key, z_frames, z_boxes, x_frames, x_boxes,
     z = batched_crop(z_frames, jnp.stack([zcy, zcx], -1), z_side, s.exemplar_size)
 
     xcy, xcx, xh, xw = box_to_center(x_boxes)
-    x_side = exemplar_side(xh, xw, s.context) * (s.search_size / s.exemplar_size) * x_stretch
+    x_side = s.search_side(xh, xw) * x_stretch
     x_center = jnp.stack([xcy, xcx], -1) + shift * (x_side / s.search_size)[:, None]
     x = batched_crop(x_frames, x_center, x_side, s.search_size)
     return z, x, -shift / s.stride

@@ -311,3 +311,12 @@ def test_model_embed_uses_eval_mode_and_leaves_the_model_alone(tiny_backbone):
     other = embed(params, x.at[1].set(255.0 - x[1]))
     np.testing.assert_array_equal(np.asarray(other[0]), np.asarray(out[0]))
     assert not np.allclose(np.asarray(other[1]), np.asarray(out[1]))
+
+
+def test_search_side_is_the_exemplar_side_scaled_to_the_search_crop():
+    from ebm_jax.ops.crops import exemplar_side
+
+    s = SiamFCSettings()
+    # the same float64 operations in the same order: equal bit for bit
+    assert s.search_side(40.0, 30.0) == exemplar_side(40.0, 30.0, 0.5) * (255 / 127)
+    assert SiamFCSettings(context=0.0).search_side(40.0, 40.0) == 40.0 * (255 / 127)
