@@ -4,6 +4,7 @@ direct transcription with a scalar IoU, and on hand cases."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from ebm_jax.ops.boxes import greedy_nms
 
@@ -46,3 +47,20 @@ def test_nms_hand_case():
     np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.5, 10), [1, 3, 0])
     np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.45, 10), [1, 3])
     np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.5, 2), [1, 3])
+    # ties go to the lower index: by score 1, 3, 0, 2; IoU(1, 3) = 80/120, IoU(1, 0) = 90/110
+    boxes = np.array([[0.0, 0, 10, 10], [1, 0, 10, 10], [30, 30, 5, 5], [3, 0, 10, 10]])
+    scores = np.array([0.5, 0.9, 0.3, 0.9])
+    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.7, 10), [1, 3, 2])
+    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.6, 10), [1, 2])
+    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.7, 2), [1, 3])
+
+
+def test_nms_refuses_bad_arguments():
+    boxes = np.array([[0.0, 0, 10, 10], [1, 0, 10, 10], [30, 30, 5, 5]])
+    scores = np.array([0.5, 0.9, 0.3])
+    for kwargs, message in ((dict(iou=0.0), "iou must be in"), (dict(keep=0), "keep must be"),
+                            (dict(scores=scores[:2]), "scores must be"),
+                            (dict(boxes=boxes[:, :3]), "boxes must be")):
+        args = dict(boxes=boxes, scores=scores, iou=0.5, keep=3) | kwargs
+        with pytest.raises(ValueError, match=message):
+            greedy_nms(**args)

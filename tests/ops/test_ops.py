@@ -12,7 +12,6 @@ from ebm_jax.ops import (
     decode_relative,
     encode_relative,
     fpn_levels,
-    greedy_nms,
     guided_nms,
     intersection_union,
     prroi_pool,
@@ -228,21 +227,6 @@ def test_box_iou_np_by_hand_and_against_the_jax_iou():
                           box_format="xyxy")
     np.testing.assert_allclose(box_iou(xyxy, xyxy), pairwise, rtol=0,
                                atol=16 * np.finfo(np.float32).eps)
-
-
-def test_greedy_nms_by_hand_and_errors():
-    boxes = np.array([[0.0, 0, 10, 10], [1, 0, 10, 10], [30, 30, 5, 5], [3, 0, 10, 10]])
-    scores = np.array([0.5, 0.9, 0.3, 0.9])
-    # by score, ties by index: 1, 3, 0, 2; IoU(1, 3) = 80/120, IoU(1, 0) = 90/110
-    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.7, 10), [1, 3, 2])
-    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.6, 10), [1, 2])
-    np.testing.assert_array_equal(greedy_nms(boxes, scores, 0.7, 2), [1, 3])
-    for kwargs, message in ((dict(iou=0.0), "iou must be in"), (dict(keep=0), "keep must be"),
-                            (dict(scores=scores[:3]), "scores must be"),
-                            (dict(boxes=boxes[:, :3]), "boxes must be")):
-        args = dict(boxes=boxes, scores=scores, iou=0.5, keep=3) | kwargs
-        with pytest.raises(ValueError, match=message):
-            greedy_nms(**args)
 
 
 def test_relative_encoding_round_trip_and_meaning():
