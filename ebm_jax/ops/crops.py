@@ -58,6 +58,28 @@ def exemplar_side(h, w, context: float = 0.5):
     return _array_module(h, w).sqrt((w + c) * (h + c))
 
 
+
+def check_first_box(frame, box) -> None:
+    """Refuses a tracker's first box unless it is a finite xywh box with w, h > 0 whose
+    centre lies on the (H, W, ...) frame; concrete values, before tracing."""
+    b = np.asarray(box, np.float64)
+    if b.shape != (4,) or not np.all(np.isfinite(b)) or np.any(b[2:] <= 0):
+        raise ValueError(f"box must be a finite xywh box with w, h > 0, got {b.tolist()}")
+    cy, cx, _, _ = box_to_center(b)
+    height, width = np.shape(frame)[:2]
+    if not (0 <= cx <= width - 1 and 0 <= cy <= height - 1):
+        raise ValueError(f"box {b.tolist()} lies outside the {width} x {height} frame "
+                         f"(its centre ({cx:g}, {cy:g}) must be on the frame)")
+
+
+def keep_on_frame(center, size, frame_shape, min_size):
+    """A tracker's estimate kept sane: the centre (cy, cx) clipped onto the frame, the
+    size (h, w) into [min_size, the frame's size]. Jittable."""
+    height, width = frame_shape[:2]
+    size = jnp.clip(size, min_size, jnp.asarray([height, width], jnp.float32))
+    center = jnp.clip(center, 0.0, jnp.asarray([height - 1, width - 1], jnp.float32))
+    return center, size
+
 def _check_image(image, name: str = "image") -> None:
     shape = np.shape(image)
     if len(shape) != 3 or shape[-1] != 3 or shape[0] < 1 or shape[1] < 1:

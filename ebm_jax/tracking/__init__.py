@@ -1,5 +1,5 @@
 """Visual tracking: SiamFC's crops, training loss and tracker as pure JAX functions
-(Bertinetto et al. 2016); a tracker is a pair `init(params, frame, box) -> State`,
+(Bertinetto et al. 2016), and a correlation filter tracker on deep features (`dcf`); a tracker is a pair `init(params, frame, box) -> State`,
 jitted `update(params, state, frame) -> (State, box)`. SoCL (Wu & Chan, "Learning
 Tracking Representations from Single Point Annotations"): target objectness prior maps
 from a frame and its point (`top_maps`) and SoCL-Siam's training loss (`socl_siam`)."""
@@ -11,6 +11,7 @@ from ebm_jax.ops.crops import (
     crop_square_np,
     exemplar_side,
 )
+from ebm_jax.tracking.dcf import DCFSettings, DCFState, DCFTracker, make_dcf_tracker
 from ebm_jax.tracking.siamfc import (
     SiamFCSettings,
     Tracker,
@@ -35,6 +36,9 @@ from ebm_jax.tracking.top_maps import (
 )
 
 __all__ = [
+    "DCFSettings",
+    "DCFState",
+    "DCFTracker",
     "SiamFCSettings",
     "TopMapSettings",
     "Tracker",
@@ -46,6 +50,7 @@ __all__ = [
     "crop_square_np",
     "exemplar_side",
     "grid_softmax",
+    "make_dcf_tracker",
     "make_labels",
     "make_siamfc_loss",
     "make_socl_siam_loss",

@@ -34,7 +34,13 @@ from flax import nnx
 
 from ebm_jax.energy.boxes import ascend_boxes, make_tracking_box_loss
 from ebm_jax.ops.boxes import decode_relative, encode_relative
-from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square
+from ebm_jax.ops.crops import (
+    box_to_center,
+    center_to_box,
+    check_first_box,
+    crop_square,
+    keep_on_frame,
+)
 from ebm_jax.tracking.siamfc import SiamFCSettings, Tracker, make_tracker
 
 # fold_in purposes of the training step's key and of the tracker's key
@@ -262,25 +268,6 @@ class BoxHeadState(NamedTuple):
     frame: jax.Array
 
 
-def _check_first_box(frame, box) -> None:
-    b = np.asarray(box, np.float64)
-    if b.shape != (4,) or not np.all(np.isfinite(b)) or np.any(b[2:] <= 0):
-        raise ValueError(f"box must be a finite xywh box with w, h > 0, got {b.tolist()}")
-    cy, cx, _, _ = box_to_center(b)
-    height, width = np.shape(frame)[:2]
-    if not (0 <= cx <= width - 1 and 0 <= cy <= height - 1):
-        raise ValueError(f"box {b.tolist()} lies outside the {width} x {height} frame "
-                         f"(its centre ({cx:g}, {cy:g}) must be on the frame)")
-
-
-def _limit(center, size, frame_shape, min_size):
-    """The centre kept on the frame, the size in [min_size, the frame's size]."""
-    height, width = frame_shape[:2]
-    size = jnp.clip(size, min_size, jnp.asarray([height, width], jnp.float32))
-    center = jnp.clip(center, 0.0, jnp.asarray([height - 1, width - 1], jnp.float32))
-    return center, size
-
-
 def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
                           settings: BoxHeadSettings = BoxHeadSettings(),
                           siamfc: SiamFCSettings = SiamFCSettings(), *,
@@ -356,11 +343,11 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     def update(params, state: BoxHeadState, frame):
         frame = jnp.asarray(frame)
         siam_state, _ = siam.update(params[0], state.siamfc, frame)
-        center, box_size = _limit(siam_state.center, state.siamfc.size, frame.shape,
+        center, box_size = keep_on_frame(siam_state.center, state.siamfc.size, frame.shape,
                                   s.min_size)
         if refine:
             center, box_size = refine_box(params, state, frame, center, box_size)
-            center, box_size = _limit(center, box_size, frame.shape, s.min_size)
+            center, box_size = keep_on_frame(center, box_size, frame.shape, s.min_size)
         side = siamfc.search_side(box_size[0], box_size[1])
         siam_state = siam_state._replace(center=center, size=box_size, search_side=side)
         new = state._replace(siamfc=siam_state, frame=state.frame + 1)
@@ -370,7 +357,7 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
         init, update = jax.jit(init), jax.jit(update)
 
     def checked_init(params, frame, box) -> BoxHeadState:
-        _check_first_box(frame, box)  # concrete, before tracing
+        check_first_box(frame, box)  # concrete, before tracing
         return init(params, frame, jnp.asarray(box, jnp.float32))
 
     checked_init.traced = init
