@@ -1,6 +1,7 @@
 """Visual tracking: SiamFC's crops, training loss and tracker as pure JAX functions
-(Bertinetto et al. 2016), and a correlation filter tracker on deep features (`dcf`); a tracker is a pair `init(params, frame, box) -> State`,
-jitted `update(params, state, frame) -> (State, box)`. SoCL (Wu & Chan, "Learning
+(Bertinetto et al. 2016), and a correlation filter tracker on deep features (`dcf`); a
+tracker is a pair `init(params, frame, box) -> State`, jitted `update(params, state,
+frame) -> (State, box)`. SoCL (Wu & Chan, "Learning
 Tracking Representations from Single Point Annotations"): target objectness prior maps
 from a frame and its point (`top_maps`) and SoCL-Siam's training loss (`socl_siam`)."""
 

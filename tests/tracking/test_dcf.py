@@ -24,52 +24,7 @@ from ebm_jax.tracking.dcf import (
     shift_hat,
 )
 from ebm_jax.tracking.siamfc import track_sequence
-
-
-class PixelPyramid(nnx.Module):
-    """A fixed two-level 'backbone': the pixels minus 128 averaged over 4 x 4 and 8 x 8
-    blocks (strides 4 and 8), so that the tracker's geometry is tested apart from any
-    learned features."""
-
-    def __init__(self):
-        self.calls = nnx.Variable(jnp.zeros((), jnp.int32))  # a state to carry
-
-    def features(self, x, levels):
-        x = jnp.asarray(x, jnp.float32) - 128.0
-        out = []
-        for level in levels:
-            s = 4 if level == 0 else 8
-            out.append(jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, s, s, 1),
-                                             (1, s, s, 1), "VALID") / s**2)
-        return tuple(out)
-
-    def level_geometry(self, levels):
-        return tuple((4 if level == 0 else 8, 1.5 if level == 0 else 3.5)
-                     for level in levels)
-
-
-RNG = np.random.default_rng(0)
-TEXTURE = RNG.integers(0, 256, (24, 30, 3)).astype(np.uint8)
-BACKGROUND = RNG.integers(90, 131, (150, 200, 3)).astype(np.uint8)
-
-
-def _frame(x, y, shape=(150, 200)):
-    """The background with TEXTURE pasted at the 1-indexed top-left (x, y), clipped."""
-    frame = BACKGROUND[:shape[0], :shape[1]].copy()
-    h, w = TEXTURE.shape[:2]
-    y0, x0 = y - 1, x - 1
-    top, left = max(y0, 0), max(x0, 0)
-    bottom, right = min(y0 + h, shape[0]), min(x0 + w, shape[1])
-    if bottom > top and right > left:
-        frame[top:bottom, left:right] = TEXTURE[top - y0:bottom - y0, left - x0:right - x0]
-    return frame
-
-
-def _sequence(n=24):
-    xs = [int(40 + 3 * t) for t in range(n)]
-    ys = [int(round(50 + 1.5 * t + 4 * np.sin(t / 3))) for t in range(n)]
-    return [_frame(x, y) for x, y in zip(xs, ys)], np.array(
-        [[x, y, 30, 24] for x, y in zip(xs, ys)], np.float64)
+from tests.tracking.drawn_targets import PixelPyramid, drawn_frame, drawn_sequence
 
 
 @pytest.fixture(scope="module")
@@ -146,20 +101,20 @@ def test_label_peaks_at_displacement_zero_and_wraps():
 
 def test_one_update_moves_the_centre_by_the_target_displacement(pixel_tracker):
     tracker, params = pixel_tracker
-    frame = _frame(80, 60)
+    frame = drawn_frame(80, 60)
     box = np.array([80, 60, 30, 24], np.float64)
     state = tracker.init(params, frame, box)
     np.testing.assert_allclose(np.asarray(state.center), box_to_center(box)[:2], atol=1e-4)
     grid_px = DCFSettings().grid_step * 4.5 * np.sqrt(30 * 24) / 255  # a grid step, frame px
     for dy, dx in ((5, -7), (-3, 4), (0, 0)):
-        new, out = tracker.update(params, state, _frame(80 + dx, 60 + dy))
+        new, out = tracker.update(params, state, drawn_frame(80 + dx, 60 + dy))
         np.testing.assert_allclose(np.asarray(new.center) - np.asarray(state.center),
                                    (dy, dx), atol=grid_px)
         assert np.all(np.isfinite(np.asarray(out)))
 
 
 def test_tracks_a_textured_target_with_pixel_features_and_a_random_alexnet(pixel_tracker):
-    frames, gt = _sequence()
+    frames, gt = drawn_sequence()
     trackers = [pixel_tracker,
                 make_dcf_tracker(SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0)))]
     for tracker, params in trackers:
@@ -175,7 +130,7 @@ def test_tracks_a_textured_target_with_pixel_features_and_a_random_alexnet(pixel
 
 def test_the_model_learns_at_the_learning_rate(pixel_tracker):
     tracker, params = pixel_tracker
-    frame = _frame(80, 60)
+    frame = drawn_frame(80, 60)
     state = tracker.init(params, frame, [80, 60, 30, 24])
     new, _ = tracker.update(params, state, frame)
     lr = DCFSettings().learning_rate
@@ -186,7 +141,7 @@ def test_the_model_learns_at_the_learning_rate(pixel_tracker):
         assert change <= lr * np.abs(np.asarray(old)).max()
     slow, _ = make_dcf_tracker(PixelPyramid(), DCFSettings(learning_rate=1.0))
     state1 = slow.init(params, frame, [80, 60, 30, 24])
-    moved, _ = slow.update(params, state1, _frame(90, 60))
+    moved, _ = slow.update(params, state1, drawn_frame(90, 60))
     # lr 1: the model is the new sample's alone, which differs from the first one
     assert not np.allclose(np.asarray(moved.denominators[1]),
                            np.asarray(state1.denominators[1]))
@@ -194,9 +149,9 @@ def test_the_model_learns_at_the_learning_rate(pixel_tracker):
 
 def test_target_leaving_the_frame_keeps_a_finite_box_on_it(pixel_tracker):
     tracker, params = pixel_tracker
-    state = tracker.init(params, _frame(150, 60), [150, 60, 30, 24])
+    state = tracker.init(params, drawn_frame(150, 60), [150, 60, 30, 24])
     for x in (165, 180, 195, 210, 230, 260):
-        state, box = tracker.update(params, state, _frame(x, 60))
+        state, box = tracker.update(params, state, drawn_frame(x, 60))
         box = np.asarray(box)
         assert np.all(np.isfinite(box)) and np.all(box[2:] >= DCFSettings().min_size)
         cy, cx = np.asarray(state.center)
@@ -205,7 +160,7 @@ def test_target_leaving_the_frame_keeps_a_finite_box_on_it(pixel_tracker):
 
 def test_relocate_moves_the_estimate_and_keeps_the_model(pixel_tracker):
     tracker, params = pixel_tracker
-    state = tracker.init(params, _frame(80, 60), [80, 60, 30, 24])
+    state = tracker.init(params, drawn_frame(80, 60), [80, 60, 30, 24])
     moved = tracker.relocate(state, jnp.asarray([100.0, 40.0]))
     np.testing.assert_array_equal(np.asarray(moved.center), [100.0, 40.0])
     assert moved.numerators is state.numerators
@@ -213,7 +168,7 @@ def test_relocate_moves_the_estimate_and_keeps_the_model(pixel_tracker):
         tracker.relocate(state, jnp.zeros(3))
     # tracking from there finds the target it was moved onto
     new, _ = tracker.update(params, tracker.relocate(state, jnp.asarray([74.0, 108.0])),
-                            _frame(95, 63))
+                            drawn_frame(95, 63))
     np.testing.assert_allclose(np.asarray(new.center),
                                box_to_center(np.array([95, 63, 30, 24.0]))[:2], atol=2.0)
 
@@ -223,7 +178,7 @@ def test_one_trace_per_frame_shape():
     raw, params = make_dcf_tracker(PixelPyramid(), settings, jit=False)
     jitted, _ = make_dcf_tracker(PixelPyramid(), settings)
     update = jax.jit(chex.assert_max_traces(raw.update, n=1))
-    frames, gt = _sequence(5)
+    frames, gt = drawn_sequence(5)
     state = raw.init(params, frames[0], gt[0])
     jstate = jitted.init(params, frames[0], gt[0])
     for frame in frames[1:]:
@@ -246,7 +201,7 @@ def test_bad_settings_and_inputs_name_the_argument(pixel_tracker):
     with pytest.raises(ValueError, match="crop_size"):
         level_layout(PixelPyramid(), DCFSettings(crop_size=12))
     tracker, params = pixel_tracker
-    frame = _frame(80, 60)
+    frame = drawn_frame(80, 60)
     for box in ([80, 60, 0, 24], [np.nan, 60, 30, 24], [400, 60, 30, 24]):
         with pytest.raises(ValueError, match="box"):
             tracker.init(params, frame, box)
