@@ -26,8 +26,8 @@ from typing import Any
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.tracking_stages import Trained
 
-__all__ = ["Arm", "ArmResults", "Experiment", "Tracker", "Trained", "pairs_of", "run_arms",
-           "siamfc_tracker", "training_order"]
+__all__ = ["Arm", "ArmResults", "Experiment", "Tracker", "Trained", "dcf_tracker", "pairs_of",
+           "run_arms", "siamfc_tracker", "training_order"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +46,11 @@ class Tracker:
 def siamfc_tracker() -> Tracker:
     """SiamFC's own scale search with its published settings (REFERENCE.md sec. 4)."""
     return Tracker("siamfc", stages.SIAMFC, stages.siamfc_runner)
+
+
+def dcf_tracker(settings) -> Tracker:
+    """The correlation filter tracker (`ebm_jax.tracking.dcf`) with `settings`."""
+    return Tracker("dcf", settings, stages.dcf_runner)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -227,6 +227,15 @@ def siamfc_runner(model, settings: SiamFCSettings = SIAMFC):
     return timed_runner(make_tracker(embed, settings), params)
 
 
+def dcf_runner(model, settings):
+    """`run(seq) -> (boxes, seconds)` of the correlation filter tracker (`settings`, a
+    `DCFSettings`) on `model`'s features; compiled before its first timed frame."""
+    from ebm_jax.tracking.dcf import make_dcf_tracker
+
+    tracker, params = make_dcf_tracker(model, settings)
+    return timed_runner(tracker, params)
+
+
 def timed_runner(tracker, params):
     """`run(seq) -> (boxes, seconds)` of a pure `tracker` (`init`/`update`) with
     `params`; compiled for each frame size (one init and one update on the first frame)

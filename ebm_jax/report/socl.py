@@ -123,6 +123,13 @@ def top_recall(tops: Mapping, train, ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
         recall_at(kept, np.stack(truth), ks), np.float64).tolist(), "frames": len(kept)}
 
 
+def _fps_cell(label: str, rows: Sequence[dict]) -> str:
+    fps = [r["fps"] for r in rows if r.get("fps")]
+    if not fps:
+        return f"{label} -"
+    return f"{label} {np.median(fps):.1f} [{min(fps):.1f}, {max(fps):.1f}]"
+
+
 def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
                 pairs: Sequence[tuple[str, str]], paper: str, tops: Mapping, train,
                 budget: Mapping | None) -> Report:
@@ -195,6 +202,10 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
               fmt(f["training_fee_at_gpu_rate"].get(lab), ".2f")]
              for lab, kind in (("Box-Siam", "box"), ("SoCL-Siam", "point"))],
             align="lrrrrrr"))
+    if any(a.tracker.name != "siamfc" for a in arms):
+        md.append("Tracking speed (frames per second over each test sequence, the first "
+                  "frame's init included, after compiling; median over seeds [min, max]): "
+                  + "; ".join(_fps_cell(lab, rows[lab]) for lab in labels) + ".\n")
     title = f"SoCL {exp} ({spread})"
     if exp == "figure7":
         groups = {"theta_b": [a for a in arms if a.label.startswith("theta_b")],

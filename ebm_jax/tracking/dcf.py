@@ -233,7 +233,9 @@ def level_layout(backbone: nnx.Module, settings: DCFSettings) -> tuple[tuple[int
     """((n_l, stride_l), ...): each level's grid side on a crop_size crop and its stride
     in crop pixels, from one abstract pass (no FLOPs)."""
     crop = jax.ShapeDtypeStruct((1, settings.crop_size, settings.crop_size, 3), jnp.float32)
-    shapes = jax.eval_shape(lambda x: backbone.features(x, settings.levels), crop)
+    graph, state = nnx.split(backbone)
+    shapes = jax.eval_shape(
+        lambda st, x: nnx.merge(graph, st).features(x, settings.levels), state, crop)
     geometry = backbone.level_geometry(settings.levels)
     layout = []
     for level, shape, (stride, _) in zip(settings.levels, shapes, geometry):

@@ -16,7 +16,8 @@ from ebm_jax.recipes import socl as recipe
 EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
 CONFIGS = {"table1": "socl_table1_ablation.py", "figure7": "socl_figure7_thresholds.py",
            "figure8": "socl_figure8_bce.py", "table2": "socl_table2_annotation_cost.py",
-           "table6": "socl_table6_noisy_points.py", "table4": "socl_table4_fees.py"}
+           "table6": "socl_table6_noisy_points.py", "table4": "socl_table4_fees.py",
+           "table3": "socl_table3_cf.py"}
 
 
 def tiny(experiment="table1", *overrides: str):
@@ -87,6 +88,12 @@ def test_arms_of_every_experiment():
     assert [dict(a.about)["points"] for a in recipe.arms_of(tiny("table6"))] == ["clean",
                                                                            "noisy"]
     assert labels["table4"] == ["Box-Siam", "SoCL-Siam"]
+    assert labels["table3"] == ["Box-Siam", "SoCL-Siam", "random backbone", "Init-CF",
+                                "Box-CF", "SoCL-CF"]
+    cf = {a.label: a for a in recipe.arms_of(tiny("table3"))}
+    assert cf["SoCL-CF"].uses == ("SoCL-Siam",) and cf["Init-CF"].uses == ("random backbone",)
+    assert cf["SoCL-CF"].tracker.name == "dcf" and cf["SoCL-Siam"].tracker.name == "siamfc"
+    assert cf["SoCL-CF"].compared_with == ("Init-CF", "Box-CF", "SoCL-Siam")
     gst = recipe.arms_of(tiny())[0]
     assert dict(dict(gst.about)["socl"]) == {"use_sns": False, "use_mix": False,
                                              "use_lst": False}
@@ -114,6 +121,8 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.b_p=0", "--config.b_p"),
     ("--config.alphas=0.5,1.5", "--config.alphas"),
     ("--config.budgets_hours=-1", "--config.budgets_hours"),
+    ("--config.dcf.learning_rate=0", "learning_rate"),
+    ("--config.dcf.scale_num=4", "scale_num"),
 ])
 def test_bad_settings_name_the_field(override, message):
     with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
@@ -141,6 +150,33 @@ def test_other_experiments_run_tiny(experiment, tmp_path):
     if experiment == "table4":
         fees = report.payload["fees"]
         assert fees["box"]["fee"] > fees["point"]["fee"] > 0
+
+
+def test_table3_tiny_puts_the_filter_on_each_backbone(tmp_path):
+    report = run_experiment(tiny("table3"), workdir=tmp_path / "runs", out=tmp_path / "out",
+                            progress=False, log=_quiet)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "SoCL-CF - Init-CF" in md and "Tracking speed" in md
+    arms = report.payload["tables"]["arms"]
+    assert all(0.0 <= rows[0]["auc"] <= 1.0 and rows[0]["fps"] > 0 for rows in arms.values())
+    # the filter arms train nothing of their own: no training figures
+    assert report.payload["training"]["SoCL-CF"] == [{"seed": 0}]
+    assert "seconds" in report.payload["training"]["SoCL-Siam"][0]
+    # SoCL-CF tracks with SoCL-Siam's backbone: its evaluation stage names that model
+    runs = tmp_path / "runs"
+    (socl_cf,) = runs.glob("eval-socl-cf-s0-*")
+    ident = json.loads((socl_cf / "identity.json").read_text())
+    (socl,) = runs.glob("eval-socl-s0-*")
+    assert ident["trained"] == json.loads((socl / "identity.json").read_text())["trained"]
+    assert ident["tracking"]["learning_rate"] == 0.01
+
+
+def test_dcf_levels_beyond_the_backbone_fail_before_training(tmp_path):
+    with pytest.raises(ConfigError, match="--config.dcf.levels"):
+        run_experiment(tiny("table3", "--config.dcf.levels=0,5",
+                            "--config.dcf.level_weights=1,1"),
+                       workdir=tmp_path / "a", progress=False, log=_quiet)
+    assert not list((tmp_path / "a").glob("socl-*"))
 
 
 def test_sequences_without_points_fail_or_take_box_centres():
