@@ -132,7 +132,7 @@ def _fps_cell(label: str, rows: Sequence[dict]) -> str:
 
 def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
                 pairs: Sequence[tuple[str, str]], paper: str, tops: Mapping, train,
-                budget: Mapping | None) -> Report:
+                budget: Mapping | None, extra: Mapping | None = None) -> Report:
     """The table of `arms` (mean +- sd over seeds), the paired differences a - b of
     `pairs` (the experiment's table says which), the paper's figures (`paper`), TOP-map
     recall and times, budgets and fees, and the plot of the experiment."""
@@ -202,6 +202,14 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
               fmt(f["training_fee_at_gpu_rate"].get(lab), ".2f")]
              for lab, kind in (("Box-Siam", "box"), ("SoCL-Siam", "point"))],
             align="lrrrrrr"))
+    if extra is not None and "sweep" in extra:
+        from ebm_jax.report.sparse_boxes import sparse_box_section
+
+        lines, figs = sparse_box_section(extra, train, every=cfg.sparse_every,
+                                         strip_frames=cfg.strip_frames)
+        md += lines
+        figures.update(figs)
+        payload["sparse_boxes"] = {k: v for k, v in extra.items() if k != "strip"}
     if any(a.tracker.name != "siamfc" for a in arms):
         md.append("Tracking speed (frames per second over each test sequence, the first "
                   "frame's init included, after compiling; median over seeds [min, max]): "
@@ -221,7 +229,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
         figures["sweeps.png"] = functools.partial(_budget_figure, groups, rows, title)
     else:
         figures["auc.png"] = functools.partial(_bar_figure, labels, rows, title)
-    name = next(iter(k for k in figures if k != "top_recall.png"), None)
+    name = next(iter(k for k in figures if k in ("auc.png", "sweeps.png")), None)
     if name:
         md.append(f"![AUC of each arm]({name})\n")
     return Report(payload, "\n".join(md), figures)

@@ -25,7 +25,8 @@ SHORT = {"box-siam": "Box-Siam"}  # in the paired differences' lines
 COLOURS = {"static": "tab:grey", "random": "tab:blue", "box-siam": "tab:red",
            "coarse": "tab:olive", "box-head-kld-is": "tab:purple",
            "box-head-nce": "tab:cyan", "box-head-nce+": "tab:orange",
-           "box-head-ml-is": "tab:brown"}
+           "box-head-ml-is": "tab:brown", "pseudo boxes": "tab:orange",
+           "sparse boxes": "tab:blue"}
 METRICS = (("auc", "AUC", 100), ("precision", "prec. @20px", 100),
            ("norm_precision", "norm. prec.", 100), ("ao", "AO", 100),
            ("sr50", "SR0.5", 100), ("sr75", "SR0.75", 100), ("fps", "FPS", 1))

@@ -17,7 +17,7 @@ EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
 CONFIGS = {"table1": "socl_table1_ablation.py", "figure7": "socl_figure7_thresholds.py",
            "figure8": "socl_figure8_bce.py", "table2": "socl_table2_annotation_cost.py",
            "table6": "socl_table6_noisy_points.py", "table4": "socl_table4_fees.py",
-           "table3": "socl_table3_cf.py"}
+           "table3": "socl_table3_cf.py", "table5": "socl_table5_sparse_boxes.py"}
 
 
 def tiny(experiment="table1", *overrides: str):
@@ -94,6 +94,8 @@ def test_arms_of_every_experiment():
     assert cf["SoCL-CF"].uses == ("SoCL-Siam",) and cf["Init-CF"].uses == ("random backbone",)
     assert cf["SoCL-CF"].tracker.name == "dcf" and cf["SoCL-Siam"].tracker.name == "siamfc"
     assert cf["SoCL-CF"].compared_with == ("Init-CF", "Box-CF", "SoCL-Siam")
+    assert labels["table5"] == ["SoCL-Siam", "SoCL-CF", "head, all boxes",
+                                "head, pseudo boxes T=2", "head, sparse boxes T=2"]
     gst = recipe.arms_of(tiny())[0]
     assert dict(dict(gst.about)["socl"]) == {"use_sns": False, "use_mix": False,
                                              "use_lst": False}
@@ -123,6 +125,9 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.budgets_hours=-1", "--config.budgets_hours"),
     ("--config.dcf.learning_rate=0", "learning_rate"),
     ("--config.dcf.scale_num=4", "scale_num"),
+    ("--config.sparse_every=0", "--config.sparse_every"),
+    ("--config.sparse_every_sweep=5,0", "--config.sparse_every_sweep"),
+    ("--config.failure_radius=0", "--config.failure_radius"),
 ])
 def test_bad_settings_name_the_field(override, message):
     with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
@@ -152,10 +157,19 @@ def test_other_experiments_run_tiny(experiment, tmp_path):
         assert fees["box"]["fee"] > fees["point"]["fee"] > 0
 
 
-def test_table3_tiny_puts_the_filter_on_each_backbone(tmp_path):
-    report = run_experiment(tiny("table3"), workdir=tmp_path / "runs", out=tmp_path / "out",
-                            progress=False, log=_quiet)
-    md = (tmp_path / "out" / "results.md").read_text()
+@pytest.fixture(scope="module")
+def filter_runs(tmp_path_factory):
+    """table3 then table5, tiny, in one workdir (table5 reuses SoCL-Siam's stages)."""
+    root = tmp_path_factory.mktemp("socl-cf")
+    reports = {e: run_experiment(tiny(e), workdir=root / "runs", out=root / f"out-{e}",
+                                 progress=False, log=_quiet) for e in ("table3", "table5")}
+    return root, reports
+
+
+def test_table3_tiny_puts_the_filter_on_each_backbone(filter_runs):
+    root, reports = filter_runs
+    report = reports["table3"]
+    md = (root / "out-table3" / "results.md").read_text()
     assert "SoCL-CF - Init-CF" in md and "Tracking speed" in md
     arms = report.payload["tables"]["arms"]
     assert all(0.0 <= rows[0]["auc"] <= 1.0 and rows[0]["fps"] > 0 for rows in arms.values())
@@ -163,12 +177,39 @@ def test_table3_tiny_puts_the_filter_on_each_backbone(tmp_path):
     assert report.payload["training"]["SoCL-CF"] == [{"seed": 0}]
     assert "seconds" in report.payload["training"]["SoCL-Siam"][0]
     # SoCL-CF tracks with SoCL-Siam's backbone: its evaluation stage names that model
-    runs = tmp_path / "runs"
+    runs = root / "runs"
     (socl_cf,) = runs.glob("eval-socl-cf-s0-*")
     ident = json.loads((socl_cf / "identity.json").read_text())
     (socl,) = runs.glob("eval-socl-s0-*")
     assert ident["trained"] == json.loads((socl / "identity.json").read_text())["trained"]
     assert ident["tracking"]["learning_rate"] == 0.01
+
+
+def test_table5_tiny_pseudo_boxes_train_the_head(filter_runs):
+    root, reports = filter_runs
+    payload = reports["table5"].payload
+    out = root / "out-table5"
+    assert {"pseudo_box_iou.png", "pseudo_box_strip.png", "auc.png"} <= {
+        p.name for p in out.glob("*.png")}
+    sweep = payload["sparse_boxes"]["sweep"]
+    assert sorted(sweep) == ["2", "4"]
+    for rows in sweep.values():
+        (row,) = rows
+        assert 0.0 < row["mean_iou"] <= 1.0 and row["frames"] > 0
+        assert row["annotation_seconds"] > row["tracker_seconds"] > 0
+    hours = payload["sparse_boxes"]["annotation"]["hours"]
+    assert hours["head, all boxes"] > hours["head, pseudo boxes T=2"] > hours[
+        "head, sparse boxes T=2"] > hours["SoCL-Siam"]
+    # the SoCL-Siam stage of table3 is reused, not trained again
+    assert len(list((root / "runs").glob("socl-s0-*"))) == 1
+    heads = sorted(p.name.rsplit("-", 1)[0] for p in (root / "runs").glob("box-head-*"))
+    assert heads == ["box-head-nce+-all-s0", "box-head-nce+-pseudo-s0",
+                     "box-head-nce+-sparse-s0"]
+    # a rerun reads the cached pseudo boxes: the same sweep
+    again = run_experiment(tiny("table5"), workdir=root / "runs", out=root / "again",
+                           progress=False, log=_quiet)
+    assert again.payload["sparse_boxes"]["sweep"]["2"][0]["mean_iou"] == sweep["2"][0][
+        "mean_iou"]
 
 
 def test_dcf_levels_beyond_the_backbone_fail_before_training(tmp_path):
