@@ -169,6 +169,12 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
     data = _with_points(cfg, ctx, tracking.check(cfg, ctx))
     if any(a.tracker.name == "dcf" for a in arms_of(cfg)):
         _check_dcf(cfg)
+    if cfg.experiment == "table5":
+        from ebm_jax.tracking.pseudo_boxes import check_points_on_frame
+
+        for seq in data.train:  # the 20 px rule moves the tracker onto these points
+            check_points_on_frame(stages.point_annotations(seq, cfg.points), seq.image_size,
+                                  f"--config.points={cfg.points}: sequence {seq.name!r}, ")
     if (2 * cfg.videos) % ctx.num_devices:
         raise ValueError(f"2 x --config.videos ({2 * cfg.videos}) must be divisible by "
                          f"--devices {ctx.num_devices}")

@@ -80,6 +80,24 @@ def annotation_seconds_per_frame(every, *, box_seconds: float, point_seconds: fl
     return point_seconds * (1 - 1 / t) + box_seconds / t + tracker_seconds
 
 
+def check_points_on_frame(points, shape, where: str = "") -> None:
+    """Refuses a point (x, y), 1-indexed, that is half NaN or lies off the (H, W) frame
+    (beyond its pixel edges, 0.5 .. W + 0.5); NaN points (target absent) pass. `where`
+    prefixes the message (e.g. the sequence)."""
+    points = np.asarray(points, np.float64)
+    height, width = shape[:2]
+    finite = np.isfinite(points)
+    if np.any(finite.any(1) & ~finite.all(1)):
+        bad = int(np.flatnonzero(finite.any(1) & ~finite.all(1))[0])
+        raise ValueError(f"{where}frame {bad + 1}: point {points[bad].tolist()} is half NaN")
+    off = finite.all(1) & ((points[:, 0] < 0.5) | (points[:, 0] > width + 0.5)
+                           | (points[:, 1] < 0.5) | (points[:, 1] > height + 0.5))
+    if np.any(off):
+        bad = int(np.flatnonzero(off)[0])
+        raise ValueError(f"{where}frame {bad + 1}: point {points[bad].tolist()} lies off the "
+                         f"{width} x {height} frame (points are 1-indexed (x, y))")
+
+
 def _check_inputs(boxes, points, keys, radius, shape):
     n = len(boxes)
     if boxes.shape != (n, 4) or points.shape != (n, 2):
@@ -101,16 +119,8 @@ def _check_inputs(boxes, points, keys, radius, shape):
         if b[0] + b[2] - 1 < 1 or b[1] + b[3] - 1 < 1 or b[0] > width or b[1] > height:
             raise ValueError(f"frame {i + 1}: box {b.tolist()} lies wholly outside the "
                              f"{width} x {height} frame")
+    check_points_on_frame(points, shape)
     finite = np.isfinite(points)
-    if np.any(finite.any(1) & ~finite.all(1)):
-        bad = int(np.flatnonzero(finite.any(1) & ~finite.all(1))[0])
-        raise ValueError(f"frame {bad + 1}: point {points[bad].tolist()} is half NaN")
-    off = finite.all(1) & ((points[:, 0] < 0.5) | (points[:, 0] > width + 0.5)
-                           | (points[:, 1] < 0.5) | (points[:, 1] > height + 0.5))
-    if np.any(off):
-        bad = int(np.flatnonzero(off)[0])
-        raise ValueError(f"frame {bad + 1}: point {points[bad].tolist()} lies off the "
-                         f"{width} x {height} frame (points are 1-indexed (x, y))")
     first = int(keys[0]) if keys.size else n
     early = np.flatnonzero(finite.all(1)[:first])
     if early.size:
@@ -183,5 +193,5 @@ def pseudo_box_quality(pseudo: np.ndarray, truth: np.ndarray, failed: np.ndarray
             "frames": int(np.sum(scored))}
 
 
-__all__ = ["PseudoBoxes", "annotation_seconds_per_frame", "pseudo_box_quality",
+__all__ = ["PseudoBoxes", "annotation_seconds_per_frame", "check_points_on_frame", "pseudo_box_quality",
            "pseudo_boxes", "sparse_key_frames"]
