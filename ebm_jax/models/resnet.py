@@ -41,8 +41,11 @@ def _norm_factory(num_splits: int) -> Callable[[int, nnx.Rngs], nnx.Module]:
     return lambda c, rngs: nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, rngs=rngs)
 
 
-def _conv(c_in, c_out, k, stride, rngs):
-    return nnx.Conv(c_in, c_out, (k, k), strides=(stride, stride), padding=k // 2,
+def _conv(c_in, c_out, k, stride, rngs, dilation: int = 1):
+    """k x k convolution, no bias, He-normal kernel, padded by dilation * (k // 2) on
+    every side (torchvision's symmetric padding: the output keeps the input's centre)."""
+    return nnx.Conv(c_in, c_out, (k, k), strides=(stride, stride),
+                    padding=dilation * (k // 2), kernel_dilation=(dilation, dilation),
                     use_bias=False, kernel_init=nnx.initializers.he_normal(), rngs=rngs)
 
 
@@ -56,10 +59,12 @@ def _projection(c_in, c_out, stride, norm, rngs):
 class BasicBlock(nnx.Module):
     expansion = 1
 
-    def __init__(self, c_in, width, stride, norm, rngs):
+    def __init__(self, c_in, width, stride, norm, rngs, dilation: int = 1):
         c_out = width
-        self.conv1, self.bn1 = _conv(c_in, width, 3, stride, rngs), norm(width, rngs)
-        self.conv2, self.bn2 = _conv(width, c_out, 3, 1, rngs), norm(c_out, rngs)
+        self.conv1 = _conv(c_in, width, 3, stride, rngs, dilation)
+        self.bn1 = norm(width, rngs)
+        self.conv2 = _conv(width, c_out, 3, 1, rngs, dilation)
+        self.bn2 = norm(c_out, rngs)
         self.proj = _projection(c_in, c_out, stride, norm, rngs)
 
     def __call__(self, x):
