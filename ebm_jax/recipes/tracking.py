@@ -256,6 +256,10 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     res = run_arms(env, ctx, arms, cfg.seeds, eval_sets)
     if experiment.after is not None:
         experiment.after(env, arms, res, eval_sets)
+    pairs = pairs_of(arms)
+    if any("coarse" in rows for rows in res.rows.values()):
+        # each refined tracker against its own coarse centre: what the refinement adds
+        pairs += [(a.label, "coarse") for a in arms if a.tracker.name == "box-head"]
     training = {}  # training stage -> its figures
     for seed in cfg.seeds:
         for t in res.trained[seed].values():
@@ -275,7 +279,7 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
                    for t, r in rows.items()} for s, rows in results.items()}
     for s, rows in results.items():
         auc = {t: [r["sequence_auc"] for r in rows[t]] for t in trackers}
-        for a, b in pairs_of(arms):
+        for a, b in pairs:
             summary[s][f"{a} vs {b}"] = (
                 paired_seeds_and_sequences(rows[a], rows[b]) if validation is not None
                 else sequence_difference(auc[a], auc[b]))
@@ -291,7 +295,7 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
                  f"SiamFC's scale search; {len(data.train) - cfg.validation_sequences} "
                  f"training + {cfg.validation_sequences} validation sequences; seeds "
                  f"{list(cfg.seeds)}")
-        markdown = report.box_head_markdown(summary, pairs_of(arms), validation,
+        markdown = report.box_head_markdown(summary, pairs, validation,
                                             title=title, seeds=cfg.seeds,
                                             reference=cfg.reference,
                                             reference_note=cfg.reference_note)
@@ -299,7 +303,7 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
             report.auc_dots_figure, results["generated-test"], "generated-test")
         markdown += "\n![AUC per arm, seeds as dots](generated-test_auc.png)\n"
     else:
-        markdown = report.report_markdown(summary, pairs_of(arms), title=title,
+        markdown = report.report_markdown(summary, pairs, title=title,
                                           seeds=cfg.seeds, reference=dict(cfg.reference),
                                           reference_note=cfg.reference_note)
     for s in results:

@@ -26,11 +26,11 @@ has NCE+ below KLD-IS on GOT-10k with SuperDiMP (0.759 vs 0.801).
 Variants (the tracking recipe's presets, `ebm_jax.recipes.tracking.PRESETS`, so quick
 shares the generated data with siamfc_box.py:quick): quick (AlexNet width 0.25, 50
 train sequences of which 10 validate, 30 test sequences of 80 frames at 320x240, Box-Siam
-600 steps, heads 600 steps, three seeds; about 2-2.5 h on 2 CPU cores, extrapolated from
-a head step (~0.4 s) and the tracker's rate (~21 FPS refined, ~45 coarse) at that size:
-Box-Siam ~25 min, 12 heads ~45 min, validation tracking of 16 candidates per seed ~35
-min, test tracking ~30 min), tiny (the tests, about two minutes), paper (the published
-SiamFC net and schedule, heads 40k steps; GPU).
+600 steps, heads 600 steps, three seeds; about 2 h of compute on 2 CPU cores, measured
+in two sittings with other jobs on the machine: a Box-Siam 4-10 min, a head 2-4.5 min,
+then the validation candidates and the test split tracked at 50-120 FPS), tiny (the
+tests, about two minutes), paper (the published SiamFC net and schedule, heads 40k
+steps; GPU).
 """
 
 from ebm_jax.recipes.tracking import BoxHeadSettings, preset

@@ -185,6 +185,8 @@ def test_tiny_run_end_to_end(tmp_path):
     assert {"box-siam-s0"} | {f"{h}-s0" for h in HEADS} == set(training)
     summary = payload["summary"]["generated-test"]
     assert summary["box-head-nce+ vs box-head-kld-is"]["seeds"] == [0]
+    # each refined head is also compared with its own coarse centre
+    assert {f"{h} vs coarse" for h in HEADS} <= set(summary)
     md = (tmp_path / "o" / "results.md").read_text()
     assert "DiMP-NCE+" in md and "Paired differences" in md and "validation split" in md
     for name in ("generated-test_auc.png", "strips.png", "generated-test_success.png"):
