@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ebm_jax.models.feature_request import check_feature_request
+
 BASE_CHANNELS = (96, 256, 384, 384, 256)
 # (kernel, stride, groups, batch norm + ReLU, max-pool 3/2 after) of the five convolutions
 LAYERS = (
@@ -163,14 +165,7 @@ class SiamFCAlexNet(nnx.Module):
         """The outputs of the convolutions `levels` (indices 0 = conv1 .. 4 = conv5,
         increasing), each after its batch norm, ReLU and pooling where the layer has
         them, from one pass that stops at the last level asked for."""
-        levels = tuple(_check_level(lv) for lv in levels)
-        if not levels or list(levels) != sorted(set(levels)):
-            raise ValueError(f"levels must be increasing convolution indices, got {levels}")
-        x = jnp.asarray(x)
-        if x.ndim != 4 or x.shape[-1] != 3:
-            raise ValueError(f"images must have shape (N, H, W, 3), got {x.shape}")
-        if min(x.shape[1:3]) < 87:
-            raise ValueError(f"images must be at least 87 x 87 pixels, got {x.shape[1:3]}")
+        x, levels = check_feature_request(x, levels, _check_level, 87)
         h = x.astype(jnp.float32)
         out = []
         for i, (conv, norm, (_, _, _, _, pool)) in enumerate(

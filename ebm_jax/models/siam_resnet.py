@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ebm_jax.models.feature_request import check_feature_request
+
 from ebm_jax.models.resnet import BasicBlock, _conv
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -97,14 +99,7 @@ class SiamResNet18(nnx.Module):
     def features(self, x: jax.Array, levels=DCF_LEVELS) -> tuple[jax.Array, ...]:
         """The outputs of `levels` (0 conv1 after its BN and ReLU, before the max-pool;
         1-3 layer1-3; 4 adjust), increasing, from one pass that stops at the last."""
-        levels = tuple(_check_level(lv) for lv in levels)
-        if not levels or list(levels) != sorted(set(levels)):
-            raise ValueError(f"levels must be increasing level indices, got {levels}")
-        x = jnp.asarray(x)
-        if x.ndim != 4 or x.shape[-1] != 3:
-            raise ValueError(f"images must have shape (N, H, W, 3), got {x.shape}")
-        if min(x.shape[1:3]) < 16:
-            raise ValueError(f"images must be at least 16 x 16 pixels, got {x.shape[1:3]}")
+        x, levels = check_feature_request(x, levels, _check_level, 16)
         mean = jnp.asarray(IMAGENET_MEAN, jnp.float32) * 255.0
         std = jnp.asarray(IMAGENET_STD, jnp.float32) * 255.0
         h = (x.astype(jnp.float32) - mean) / std
