@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 
 import numpy as np
 
@@ -72,7 +73,8 @@ def _read_pseudo(path, seq) -> dict | None:
 def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
     """{sequence index: {"boxes", "failed", "keyed", "seconds"}}: SoCL-CF's pseudo boxes
     (`ebm_jax.tracking.pseudo_boxes.pseudo_boxes`, the tracker on `socl`'s backbone with
-    `cfg.dcf`, the `cfg.points` annotations, `cfg.failure_radius`) of every training
+    `cfg.dcf`, the `cfg.points` annotations (off the frame allowed: `check` has read
+    them), `cfg.failure_radius`) of every training
     sequence with a box, one file per sequence; the tracker is compiled on the first
     frame before any timed one."""
     from tqdm.auto import tqdm
@@ -101,7 +103,7 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
             tracker.update(params, tracker.init(params, first, seq.boxes[keys[0]]), first)
             res = pseudo_boxes(tracker, params, seq.read_frame, seq.boxes,
                                point_annotations(seq, cfg.points), keys,
-                               radius=cfg.failure_radius)
+                               radius=cfg.failure_radius, off_frame=math.inf)
             rec = res._asdict()
             cache.save(name, json.dumps({
                 "frames": len(seq), "boxes": np.round(rec["boxes"], 4).tolist(),

@@ -80,25 +80,28 @@ def annotation_seconds_per_frame(every, *, box_seconds: float, point_seconds: fl
     return point_seconds * (1 - 1 / t) + box_seconds / t + tracker_seconds
 
 
-def check_points_on_frame(points, shape, where: str = "") -> None:
-    """Refuses a point (x, y), 1-indexed, that is half NaN or lies off the (H, W) frame
-    (beyond its pixel edges, 0.5 .. W + 0.5); NaN points (target absent) pass. `where`
-    prefixes the message (e.g. the sequence)."""
+def check_points_on_frame(points, shape, where: str = "", *,
+                          off_frame: float = 0.0) -> None:
+    """Refuses a point (x, y), 1-indexed, that is half NaN or lies more than `off_frame`
+    pixels off the (H, W) frame (beyond its pixel edges, 0.5 .. W + 0.5); NaN points
+    (target absent) pass. `where` prefixes the message (e.g. the sequence)."""
     points = np.asarray(points, np.float64)
     height, width = shape[:2]
     finite = np.isfinite(points)
     if np.any(finite.any(1) & ~finite.all(1)):
         bad = int(np.flatnonzero(finite.any(1) & ~finite.all(1))[0])
         raise ValueError(f"{where}frame {bad + 1}: point {points[bad].tolist()} is half NaN")
-    off = finite.all(1) & ((points[:, 0] < 0.5) | (points[:, 0] > width + 0.5)
-                           | (points[:, 1] < 0.5) | (points[:, 1] > height + 0.5))
+    m = float(off_frame)
+    off = finite.all(1) & ((points[:, 0] < 0.5 - m) | (points[:, 0] > width + 0.5 + m)
+                           | (points[:, 1] < 0.5 - m) | (points[:, 1] > height + 0.5 + m))
     if np.any(off):
         bad = int(np.flatnonzero(off)[0])
-        raise ValueError(f"{where}frame {bad + 1}: point {points[bad].tolist()} lies off the "
-                         f"{width} x {height} frame (points are 1-indexed (x, y))")
+        raise ValueError(f"{where}frame {bad + 1}: point {points[bad].tolist()} lies more "
+                         f"than {m:g} px off the {width} x {height} frame (points are "
+                         f"1-indexed (x, y); off_frame allows more)")
 
 
-def _check_inputs(boxes, points, keys, radius, shape):
+def _check_inputs(boxes, points, keys, radius, shape, off_frame):
     n = len(boxes)
     if boxes.shape != (n, 4) or points.shape != (n, 2):
         raise ValueError(f"boxes must be (N, 4) and points (N, 2) for the same N, got "
@@ -119,7 +122,9 @@ def _check_inputs(boxes, points, keys, radius, shape):
         if b[0] + b[2] - 1 < 1 or b[1] + b[3] - 1 < 1 or b[0] > width or b[1] > height:
             raise ValueError(f"frame {i + 1}: box {b.tolist()} lies wholly outside the "
                              f"{width} x {height} frame")
-    check_points_on_frame(points, shape)
+    if not (isinstance(off_frame, (int, float)) and off_frame >= 0):
+        raise ValueError(f"off_frame must be a number >= 0 (or inf), got {off_frame!r}")
+    check_points_on_frame(points, shape, off_frame=off_frame)
     finite = np.isfinite(points)
     first = int(keys[0]) if keys.size else n
     early = np.flatnonzero(finite.all(1)[:first])
@@ -130,21 +135,24 @@ def _check_inputs(boxes, points, keys, radius, shape):
 
 
 def pseudo_boxes(tracker, params, read_frame: Callable[[int], np.ndarray], boxes, points,
-                 keys, *, radius: float = 20.0) -> PseudoBoxes:
+                 keys, *, radius: float = 20.0, off_frame: float = 0.0) -> PseudoBoxes:
     """Pseudo boxes of one sequence (module docstring). tracker: `init`, `update` and
     `relocate(state, center_yx)` (e.g. `make_dcf_tracker`); read_frame(i) -> (H, W, 3)
     uint8; boxes (N, 4) xywh, read only at `keys` (the snippets' first frames, e.g.
     `sparse_key_frames`); points (N, 2) (x, y) 1-indexed, NaN where the target is
     absent. Frames before the first key are left without a box (they must have no
     point). In a frame without a point the tracker's box is kept but not checked and
-    the pseudo box is NaN, as the ground truth has none there. Each update is waited on,
-    and its wall time recorded."""
+    the pseudo box is NaN, as the ground truth has none there. A point may lie up to
+    `off_frame` px beyond the frame's edge (default 0: a click is on the frame; points
+    made from box centres leave it where the box is partly out of view, and the
+    tracker then moves to the point off the frame). Each update is waited on, and its
+    wall time recorded."""
     boxes = np.asarray(boxes, np.float64)
     points = np.asarray(points, np.float64)
     keys = np.asarray(keys, np.int64)
     n = len(boxes)
     first_frame = read_frame(int(keys[0])) if keys.size else read_frame(0)
-    _check_inputs(boxes, points, keys, radius, np.shape(first_frame))
+    _check_inputs(boxes, points, keys, radius, np.shape(first_frame), off_frame)
     out = np.full((n, 4), np.nan)
     failed = np.zeros(n, bool)
     keyed = np.zeros(n, bool)

@@ -80,6 +80,18 @@ def test_the_20_px_rule_on_a_drifting_tracker():
     assert not edge.failed[2] and edge.failed[3]
 
 
+def test_points_off_the_frame_move_the_tracker_there_when_allowed():
+    boxes, points = _static()
+    points[4] = [-8.0, 20.0]  # the box centre 8.5 px left of the frame's edge
+    with pytest.raises(ValueError, match="frame 5: point"):
+        pseudo_boxes(DriftingTracker(0.0), None, _read, boxes, points, np.array([0]))
+    result = pseudo_boxes(DriftingTracker(0.0), None, _read, boxes, points, np.array([0]),
+                          off_frame=10.0)
+    assert result.failed[4] and not result.failed[3]
+    np.testing.assert_allclose(result.boxes[4, 0] + (result.boxes[4, 2] - 1) / 2, -8.0,
+                               atol=1e-4)
+
+
 def test_a_tracker_lost_everywhere_still_gives_a_box_per_visible_frame():
     boxes, points = _static()
     points[5] = np.nan  # the target is out of view in frame 5
@@ -142,7 +154,8 @@ def test_the_correlation_filter_gives_pseudo_boxes_close_to_the_truth():
     (dict(keys=np.array([3, 1])), "keys must be increasing"),
     (dict(box0=[np.nan] * 4), "snippet's first frame"),
     (dict(box0=[300.0, 40.0, 20.0, 10.0]), "wholly outside"),
-    (dict(point=[500.0, 10.0]), "off the"),
+    (dict(point=[500.0, 10.0]), "more than 0 px off the 200 x 120"),
+    (dict(point=[250.0, 10.0], off_frame=-1.0), "off_frame must be"),
     (dict(point=[np.nan, 10.0]), "half NaN"),
     (dict(keys=np.array([2])), "no snippet starts before"),
 ])
@@ -155,4 +168,5 @@ def test_bad_inputs_name_the_setting(change, message):
     with pytest.raises(ValueError, match=message):
         pseudo_boxes(DriftingTracker(1.0), None, _read, boxes, points,
                      change.get("keys", np.array([0, 10])),
-                     radius=change.get("radius", 20.0))
+                     radius=change.get("radius", 20.0),
+                     off_frame=change.get("off_frame", 0.0))
