@@ -28,8 +28,9 @@ seed: the same initial weights and batch order), and a difference is called real
 where it exceeds twice its standard error. The hyperparameters are the paper's (tau,
 theta_b, b_p, Adam 3e-4 with a x0.1 drop at half); the model width, the number of steps,
 the batch of videos and the context size are scaled to the machine and chosen before
-any test-split result was seen. Stages: `ebm_jax.recipes.socl_stages`; arms and the
-runner they share with the tracking recipe: `ebm_jax.recipes.tracking_arms`. Config
+any test-split result was seen. Stages: `ebm_jax.recipes.socl_stages`; each
+experiment's arms and their training: `ebm_jax.recipes.socl_arms`; the arm type and the
+runner shared with the tracking recipe: `ebm_jax.recipes.tracking_arms`. Config
 files start from `preset` (quick, tiny, paper), so that the configs that share stages
 cannot drift apart.
 """
@@ -37,25 +38,17 @@ cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-
-import numpy as np
 
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.contrastive.socl import SoCLSettings
+from ebm_jax.recipes import socl_arms as arms_lib
 from ebm_jax.recipes import socl_stages as stages
 from ebm_jax.recipes import sparse_boxes
 from ebm_jax.recipes import tracking
 from ebm_jax.recipes import tracking_stages as tstages
-from ebm_jax.recipes.tracking_arms import (
-    Arm,
-    Experiment,
-    Trained,
-    dcf_tracker,
-    pairs_of,
-    run_arms,
-)
+from ebm_jax.recipes.socl_arms import SoCLRun, budgeted, point_kinds
+from ebm_jax.recipes.tracking_arms import Arm, Experiment, pairs_of, run_arms
 from ebm_jax.report import Report
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.dcf import DCFSettings
@@ -188,13 +181,13 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
         f"AlexNet width {cfg.width})",
         2 * cfg.videos * 0.4 * alexnet_flops(cfg.width, cfg.input_size),
         hint="lower --config.videos, --config.input_size or --config.width")
-    for kind in _point_kinds(arms_of(cfg)):
+    for kind in point_kinds(arms_of(cfg)):
         annotated = [stages.annotated_frames(s, kind, cfg.annotate_every) for s in data.train]
         if sum(len(a) > 1 for a in annotated) < cfg.videos:
             raise ValueError(f"--config.videos={cfg.videos} videos per batch, but only "
                              f"{sum(len(a) > 1 for a in annotated)} training sequences have "
                              f"two annotated frames ({kind} points)")
-    return Opened(data, _budget_plan(cfg, ctx, data) if _budgeted(arms_of(cfg)) else None)
+    return Opened(data, _budget_plan(cfg, ctx, data) if budgeted(arms_of(cfg)) else None)
 
 
 def _check_dcf(cfg: Config) -> None:
@@ -260,214 +253,28 @@ class Opened:
     plan: dict | None
 
 
-@dataclasses.dataclass(frozen=True)
-class SoCLRun:
-    """What an arm's training function gets: the config, the run, the data, the budget
-    plan and the TOP proposals of each kind of points ({kind: `top_cache`})."""
-
-    cfg: Config
-    ctx: RunContext
-    data: tstages.TrackingData
-    plan: dict | None
-    tops: dict
-
-
-def _point_kinds(arms) -> list[str]:
-    """The kinds of points the arms train on, in the table's order."""
-    return list(dict.fromkeys(dict(a.about)["points"] for a in arms
-                              if a.method in ("socl", "bce-siam")))
-
-
-def _budgeted(arms) -> bool:
-    """Whether an arm trains on an annotation budget's sequences (the budget plan)."""
-    return any(dict(a.about).get("budget_hours") is not None for a in arms)
-
-
-def _subset(sequences, idx, annotated=None):
-    """The sequences `idx`, with boxes only on their annotated frames when given."""
-    out = []
-    for i in idx:
-        seq = sequences[i]
-        if annotated is not None:
-            boxes = np.full_like(np.asarray(seq.boxes, np.float64), np.nan)
-            boxes[annotated[i]] = seq.boxes[annotated[i]]
-            seq = dataclasses.replace(seq, boxes=boxes)
-        out.append(seq)
-    return out
-
-
-def _sequences(env: SoCLRun, method: str, budget_hours: float | None):
-    """(indices of the training sequences, data identity) of a method at a budget."""
-    idx = list(range(len(env.data.train)))
-    ident = {"of": env.data.identity["train"], "every": env.cfg.annotate_every}
-    if budget_hours is not None:
-        sub, _ = env.plan[(method, budget_hours)]
-        if sub != idx:
-            idx, ident = sub, {**ident, "sequences": [int(i) for i in sub]}
-    return idx, ident
-
-
-def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
-    """No training: the initial weights every SoCL arm of the seed starts from."""
-    cfg, ctx = env.cfg, env.ctx
-    return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}"),
-                   {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed})
-
-
-def train_box_siam(env: SoCLRun, seed: int, earlier, *,
-                   budget_hours: float | None = None) -> Trained:
-    """Box-Siam on the true boxes of the annotated frames (of a budget's sequences)."""
-    idx, ident = _sequences(env, "box-siam", budget_hours)
-    annotated = [np.asarray(stages.annotated_frames(s, "clean", env.cfg.annotate_every))
-                 for s in env.data.train]
-    return tstages.train_box_siam(env.cfg, env.ctx, env.data, seed,
-                                  sequences=_subset(env.data.train, idx, annotated),
-                                  data_identity={**ident, "boxes": "true"})
-
-
-def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
-                   alpha: float) -> Trained:
-    """BCE-Siam: SiamFC's loss on the pseudo boxes thresholded at `alpha` from the TOP
-    maps of the annotated frames (paper Fig. 8)."""
-    _, ident = _sequences(env, "bce-siam", None)
-    pseudo = stages.pseudo_box_sequences(env.data.train, env.tops[points], points, alpha)
-    return tstages.train_box_siam(
-        env.cfg, env.ctx, env.data, seed, sequences=pseudo, name=f"bce-siam-s{seed}",
-        data_identity={**ident, "boxes": "pseudo", "alpha": alpha, "points": points,
-                       "top": dataclasses.asdict(stages.TOP_SETTINGS)})
-
-
-def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
-               socl: tuple = (), budget_hours: float | None = None) -> Trained:
-    """SoCL-Siam (loss 10) on the `points` annotations, with the SoCLSettings
-    overrides `socl`, on a budget's sequences when given."""
-    idx, ident = _sequences(env, "socl", budget_hours)
-    tops = env.tops[points]
-    sub = _subset(env.data.train, idx)
-    sub_tops = {j: tops[i] for j, i in enumerate(idx) if i in tops}
-    return stages.train_socl(env.cfg, env.ctx, sub, sub_tops, points, ident, socl, seed,
-                             label=label)
-
-
-def train_reused(env: SoCLRun, seed: int, earlier, *, label: str) -> Trained:
-    """No training of its own: the same seed's model of arm `label` (another tracker on
-    that arm's backbone)."""
-    return earlier[label]
-
-
-def _arm(label: str, method: str, *, socl: tuple = (), alpha: float | None = None,
-         points: str = "clean", budget_hours: float | None = None,
-         x: float | None = None, compared_with: tuple[str, ...] = (),
-         backbone_of: str | None = None, tracker=None) -> Arm:
-    """An arm of a SoCL table: its training function from `method` and its settings;
-    with `backbone_of`, the model of that arm (same seed) with `tracker` (default
-    SiamFC's)."""
-    extra = {} if tracker is None else {"tracker": tracker}
-    if backbone_of is not None:
-        return Arm(label, method, functools.partial(train_reused, label=backbone_of),
-                   uses=(backbone_of,), compared_with=tuple(compared_with), x=x,
-                   about=(("socl", socl), ("alpha", alpha), ("points", points),
-                          ("budget_hours", budget_hours), ("backbone_of", backbone_of)),
-                   **extra)
-    train = {
-        "random": train_random,
-        "box-siam": functools.partial(train_box_siam, budget_hours=budget_hours),
-        "bce-siam": functools.partial(train_bce_siam, points=points, alpha=alpha),
-        "socl": functools.partial(train_socl, label=label, points=points, socl=socl,
-                                  budget_hours=budget_hours),
-    }[method]
-    return Arm(label, method, train, compared_with=tuple(compared_with), x=x,
-               about=(("socl", socl), ("alpha", alpha), ("points", points),
-                      ("budget_hours", budget_hours)))
-
-
-def _table1(cfg: Config) -> list[Arm]:
-    p, lst = cfg.points, "+LST (SoCL)"
-    return [_arm("GST", "socl", socl=(("use_sns", False), ("use_mix", False),
-                                      ("use_lst", False)), points=p),
-            _arm("+SNS", "socl", socl=(("use_mix", False), ("use_lst", False)), points=p,
-                 compared_with=("GST",)),
-            _arm("+mix-up", "socl", socl=(("use_lst", False),), points=p,
-                 compared_with=("+SNS",)),
-            _arm(lst, "socl", points=p, compared_with=("+mix-up", "GST", "random backbone")),
-            _arm("random backbone", "random")]
-
-
-def _figure7(cfg: Config) -> list[Arm]:
-    arms = []
-    for field, sweep, chosen in (("theta_b", cfg.theta_b_sweep, cfg.theta_b),
-                                 ("b_p", cfg.b_p_sweep, cfg.b_p)):
-        base = f"{field}={chosen:g}" if chosen in sweep else None  # the paper's value
-        arms += [_arm(f"{field}={v:g}", "socl", socl=((field, float(v)),), points=cfg.points,
-                      x=v, compared_with=(base,) if base and v != chosen else ())
-                 for v in sweep]
-    return arms
-
-
-def _figure8(cfg: Config) -> list[Arm]:
-    bce = [_arm(f"BCE-Siam alpha={a:g}", "bce-siam", alpha=float(a), points=cfg.points, x=a)
-           for a in cfg.alphas]
-    return bce + [_arm("SoCL-Siam", "socl", points=cfg.points,
-                       compared_with=(*(a.label for a in bce), "random backbone")),
-                  _arm("random backbone", "random")]
-
-
-def _table2(cfg: Config) -> list[Arm]:
-    return [a for h in cfg.budgets_hours for a in (
-        _arm(f"Box-Siam {h:g} h", "box-siam", budget_hours=float(h), x=h),
-        _arm(f"SoCL-Siam {h:g} h", "socl", points=cfg.points, budget_hours=float(h), x=h,
-             compared_with=(f"Box-Siam {h:g} h",)))]
-
-
-def _table6(cfg: Config) -> list[Arm]:
-    clean = "SoCL-Siam, clean points"
-    return [_arm(clean, "socl", points="clean"),
-            _arm(f"SoCL-Siam, points shifted {cfg.point_shift:g} px", "socl",
-                 points="noisy", compared_with=(clean,))]
-
-
-def _table3(cfg: Config) -> list[Arm]:
-    dcf = dcf_tracker(cfg.dcf)
-    return [_arm("Box-Siam", "box-siam"),
-            _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",)),
-            _arm("random backbone", "random"),
-            _arm("Init-CF", "init-cf", backbone_of="random backbone", tracker=dcf),
-            _arm("Box-CF", "box-cf", backbone_of="Box-Siam", tracker=dcf),
-            _arm("SoCL-CF", "socl-cf", backbone_of="SoCL-Siam", tracker=dcf,
-                 compared_with=("Init-CF", "Box-CF", "SoCL-Siam"))]
-
-
-def _table5(cfg: Config) -> list[Arm]:
-    return sparse_boxes.sparse_box_arms(cfg, _arm("SoCL-Siam", "socl", points=cfg.points))
-
-
-def _table4(cfg: Config) -> list[Arm]:
-    return [_arm("Box-Siam", "box-siam"),
-            _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",))]
-
-
 EXPERIMENTS = {
-    "table1": Experiment(_table1, "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST "
+    "table1": Experiment(arms_lib.table1, "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST "
                                   "60.9 (each step helps)"),
-    "figure7": Experiment(_figure7, "small theta_b or theta_p hurt; theta_b = 0.8, b_p = "
+    "figure7": Experiment(arms_lib.figure7, "small theta_b or theta_p hurt; theta_b = 0.8, b_p = "
                                     "0.6 chosen"),
-    "figure8": Experiment(_figure8, "BCE-Siam on pseudo boxes is below SoCL-Siam at every "
+    "figure8": Experiment(arms_lib.figure8, "BCE-Siam on pseudo boxes is below SoCL-Siam at every "
                                     "alpha"),
-    "table2": Experiment(_table2, "OTB-15 AUC at 110/220/440/880 h: Box-Siam "
+    "table2": Experiment(arms_lib.table2, "OTB-15 AUC at 110/220/440/880 h: Box-Siam "
                                   "51.7/54.0/55.2/57.0, SoCL-Siam 53.3/54.9/56.5/57.8 "
                                   "(SoCL ahead at every budget)"),
-    "table3": Experiment(_table3, "DPR/AUC Res18-CF -> SoCL-CF: OTB-13 91.3/68.5 -> "
+    "table3": Experiment(arms_lib.table3, "DPR/AUC Res18-CF -> SoCL-CF: OTB-13 91.3/68.5 -> "
                                   "92.7/69.6, OTB-15 87.8/65.9 -> 89.7/67.1, UAV123 "
                                   "70.1/51.8 -> 72.3/52.6; VOT18 EAO 0.207 -> 0.216; LaSOT "
                                   "AUC 31.0 -> 32.2 (SoCL-CF ahead on all five, by 0.8-2.2 "
                                   "AUC points; Res18-CF on an ImageNet ResNet-18)"),
-    "table5": Experiment(_table5, "GOT-10k AO / SR0.5: TransT on every box (4.0K h) 67.1 / "
+    "table5": Experiment(arms_lib.table5, "GOT-10k AO / SR0.5: TransT on every box (4.0K h) 67.1 / "
                                   "76.8, SoCL-TransT on pseudo boxes at T = 10 (1.2K h) "
                                   "62.2 / 72.4: 92.7% / 94.3% of it at 30% of the "
                                   "annotation cost (3.16 s per frame against 10.2)",
                          after=sparse_boxes.pseudo_box_sweep),
-    "table6": Experiment(_table6, "points shifted 20 px cost 0.2-0.8 AUC points"),
-    "table4": Experiment(_table4, "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points "
+    "table6": Experiment(arms_lib.table6, "points shifted 20 px cost 0.2-0.8 AUC points"),
+    "table4": Experiment(arms_lib.table4, "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points "
                                   "$7.0k and 883 h; training SiamFC 8 h, SoCL 24 h on a "
                                   "V100 at $0.90/h"),
 }
@@ -485,10 +292,10 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
         _with_points(cfg, ctx, tstages.open_data(cfg, ctx)), None)
     data, plan = opened.data, opened.plan
     arms = arms_of(cfg)
-    if plan is None and _budgeted(arms):
+    if plan is None and budgeted(arms):
         plan = _budget_plan(cfg, ctx, data)
     tops = {kind: stages.top_cache(ctx, data.train, data.identity["train"], kind,
-                                   cfg.annotate_every) for kind in _point_kinds(arms)}
+                                   cfg.annotate_every) for kind in point_kinds(arms)}
     env = SoCLRun(cfg, ctx, data, plan, tops)
     test = data.eval_sets["generated-test"]
     eval_sets = {"generated-test": (data.identity["generated-test"], test)}

@@ -32,7 +32,7 @@ from ebm_jax.recipes.box_head_experiment import box_head_tracker
 from ebm_jax.recipes.box_head_stages import train_box_head
 from ebm_jax.recipes.item_cache import ItemCache
 from ebm_jax.recipes.socl_stages import point_annotations
-from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained, dcf_tracker
+from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained, dcf_tracker, reuse_model
 from ebm_jax.recipes.tracking_stages import SIAMFC
 from ebm_jax.report.statistics import mean_sd
 from ebm_jax.tracking.pseudo_boxes import (
@@ -171,7 +171,7 @@ def sparse_box_arms(cfg, socl_arm) -> list[Arm]:
     every = cfg.sparse_every
     head: Tracker = box_head_tracker(dataclasses.replace(cfg.box_head, method="nce+"))
     about = (("socl", ()), ("alpha", None), ("points", cfg.points), ("budget_hours", None))
-    cf = Arm("SoCL-CF", "socl-cf", functools.partial(_reuse, label="SoCL-Siam"),
+    cf = Arm("SoCL-CF", "socl-cf", functools.partial(reuse_model, label="SoCL-Siam"),
              tracker=dcf_tracker(cfg.dcf), uses=("SoCL-Siam",),
              compared_with=("SoCL-Siam",), about=about + (("backbone_of", "SoCL-Siam"),))
     heads = []
@@ -184,10 +184,6 @@ def sparse_box_arms(cfg, socl_arm) -> list[Arm]:
                          uses=("SoCL-Siam",), compared_with=versus,
                          about=about + (("labels", labels), ("every", every))))
     return [socl_arm, cf, *heads]
-
-
-def _reuse(env, seed, used, *, label):
-    return used[label]
 
 
 def _annotation_hours(env, arms, seconds_per_frame: float) -> dict:

@@ -27,7 +27,7 @@ from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.tracking_stages import Trained
 
 __all__ = ["Arm", "ArmResults", "Experiment", "Tracker", "Trained", "dcf_tracker", "pairs_of",
-           "run_arms", "siamfc_tracker", "training_order"]
+           "reuse_model", "run_arms", "siamfc_tracker", "training_order"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,12 @@ def siamfc_tracker() -> Tracker:
 def dcf_tracker(settings) -> Tracker:
     """The correlation filter tracker (`ebm_jax.tracking.dcf`) with `settings`."""
     return Tracker("dcf", settings, stages.dcf_runner)
+
+
+def reuse_model(env, seed: int, used: Mapping[str, Trained], *, label: str) -> Trained:
+    """An arm's training function that trains nothing: the same seed's model of arm
+    `label` (which the arm `uses`), for another tracker on that arm's backbone."""
+    return used[label]
 
 
 @dataclasses.dataclass(frozen=True)

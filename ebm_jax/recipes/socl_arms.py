@@ -1,0 +1,203 @@
+"""The arms of the SoCL recipe's experiments (`ebm_jax.recipes.socl.EXPERIMENTS`): what
+each arm trains and on which sequences, and each experiment's table of arms (Wu & Chan,
+"Learning Tracking Representations from Single Point Annotations": Tables 1-6, Figures
+7 and 8). Every `cfg` is the recipe's Config, which this module never imports: a recipe
+imports its arms, never the reverse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+
+from ebm_jax.recipes import socl_stages as stages
+from ebm_jax.recipes import sparse_boxes
+from ebm_jax.recipes import tracking_stages as tstages
+from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
+
+__all__ = ["SoCLRun", "budgeted", "figure7", "figure8", "point_kinds", "table1", "table2",
+           "table3", "table4", "table5", "table6", "train_bce_siam", "train_box_siam",
+           "train_random", "train_socl"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SoCLRun:
+    """What an arm's training function gets: the config, the run, the data, the budget
+    plan and the TOP proposals of each kind of points ({kind: `top_cache`})."""
+
+    cfg: Any  # the SoCL recipe's Config
+    ctx: Any  # the RunContext
+    data: tstages.TrackingData
+    plan: dict | None
+    tops: dict
+
+
+def point_kinds(arms) -> list[str]:
+    """The kinds of points the arms train on, in the table's order."""
+    return list(dict.fromkeys(dict(a.about)["points"] for a in arms
+                              if a.method in ("socl", "bce-siam")))
+
+
+def budgeted(arms) -> bool:
+    """Whether an arm trains on an annotation budget's sequences (the budget plan)."""
+    return any(dict(a.about).get("budget_hours") is not None for a in arms)
+
+
+def _subset(sequences, idx, annotated=None):
+    """The sequences `idx`, with boxes only on their annotated frames when given."""
+    out = []
+    for i in idx:
+        seq = sequences[i]
+        if annotated is not None:
+            boxes = np.full_like(np.asarray(seq.boxes, np.float64), np.nan)
+            boxes[annotated[i]] = seq.boxes[annotated[i]]
+            seq = dataclasses.replace(seq, boxes=boxes)
+        out.append(seq)
+    return out
+
+
+def _sequences(env: SoCLRun, method: str, budget_hours: float | None):
+    """(indices of the training sequences, data identity) of a method at a budget."""
+    idx = list(range(len(env.data.train)))
+    ident = {"of": env.data.identity["train"], "every": env.cfg.annotate_every}
+    if budget_hours is not None:
+        sub, _ = env.plan[(method, budget_hours)]
+        if sub != idx:
+            idx, ident = sub, {**ident, "sequences": [int(i) for i in sub]}
+    return idx, ident
+
+
+def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
+    """No training: the initial weights every SoCL arm of the seed starts from."""
+    cfg, ctx = env.cfg, env.ctx
+    return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}"),
+                   {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed})
+
+
+def train_box_siam(env: SoCLRun, seed: int, earlier, *,
+                   budget_hours: float | None = None) -> Trained:
+    """Box-Siam on the true boxes of the annotated frames (of a budget's sequences)."""
+    idx, ident = _sequences(env, "box-siam", budget_hours)
+    annotated = [np.asarray(stages.annotated_frames(s, "clean", env.cfg.annotate_every))
+                 for s in env.data.train]
+    return tstages.train_box_siam(env.cfg, env.ctx, env.data, seed,
+                                  sequences=_subset(env.data.train, idx, annotated),
+                                  data_identity={**ident, "boxes": "true"})
+
+
+def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
+                   alpha: float) -> Trained:
+    """BCE-Siam: SiamFC's loss on the pseudo boxes thresholded at `alpha` from the TOP
+    maps of the annotated frames (paper Fig. 8)."""
+    _, ident = _sequences(env, "bce-siam", None)
+    pseudo = stages.pseudo_box_sequences(env.data.train, env.tops[points], points, alpha)
+    return tstages.train_box_siam(
+        env.cfg, env.ctx, env.data, seed, sequences=pseudo, name=f"bce-siam-s{seed}",
+        data_identity={**ident, "boxes": "pseudo", "alpha": alpha, "points": points,
+                       "top": dataclasses.asdict(stages.TOP_SETTINGS)})
+
+
+def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
+               socl: tuple = (), budget_hours: float | None = None) -> Trained:
+    """SoCL-Siam (loss 10) on the `points` annotations, with the SoCLSettings
+    overrides `socl`, on a budget's sequences when given."""
+    idx, ident = _sequences(env, "socl", budget_hours)
+    tops = env.tops[points]
+    sub = _subset(env.data.train, idx)
+    sub_tops = {j: tops[i] for j, i in enumerate(idx) if i in tops}
+    return stages.train_socl(env.cfg, env.ctx, sub, sub_tops, points, ident, socl, seed,
+                             label=label)
+
+
+def _arm(label: str, method: str, *, socl: tuple = (), alpha: float | None = None,
+         points: str = "clean", budget_hours: float | None = None,
+         x: float | None = None, compared_with: tuple[str, ...] = (),
+         backbone_of: str | None = None, tracker=None) -> Arm:
+    """An arm of a SoCL table: its training function from `method` and its settings;
+    with `backbone_of`, the model of that arm (same seed) with `tracker` (default
+    SiamFC's)."""
+    extra = {} if tracker is None else {"tracker": tracker}
+    if backbone_of is not None:
+        return Arm(label, method, functools.partial(reuse_model, label=backbone_of),
+                   uses=(backbone_of,), compared_with=tuple(compared_with), x=x,
+                   about=(("socl", socl), ("alpha", alpha), ("points", points),
+                          ("budget_hours", budget_hours), ("backbone_of", backbone_of)),
+                   **extra)
+    train = {
+        "random": train_random,
+        "box-siam": functools.partial(train_box_siam, budget_hours=budget_hours),
+        "bce-siam": functools.partial(train_bce_siam, points=points, alpha=alpha),
+        "socl": functools.partial(train_socl, label=label, points=points, socl=socl,
+                                  budget_hours=budget_hours),
+    }[method]
+    return Arm(label, method, train, compared_with=tuple(compared_with), x=x,
+               about=(("socl", socl), ("alpha", alpha), ("points", points),
+                      ("budget_hours", budget_hours)))
+
+
+def table1(cfg) -> list[Arm]:
+    p, lst = cfg.points, "+LST (SoCL)"
+    return [_arm("GST", "socl", socl=(("use_sns", False), ("use_mix", False),
+                                      ("use_lst", False)), points=p),
+            _arm("+SNS", "socl", socl=(("use_mix", False), ("use_lst", False)), points=p,
+                 compared_with=("GST",)),
+            _arm("+mix-up", "socl", socl=(("use_lst", False),), points=p,
+                 compared_with=("+SNS",)),
+            _arm(lst, "socl", points=p, compared_with=("+mix-up", "GST", "random backbone")),
+            _arm("random backbone", "random")]
+
+
+def figure7(cfg) -> list[Arm]:
+    arms = []
+    for field, sweep, chosen in (("theta_b", cfg.theta_b_sweep, cfg.theta_b),
+                                 ("b_p", cfg.b_p_sweep, cfg.b_p)):
+        base = f"{field}={chosen:g}" if chosen in sweep else None  # the paper's value
+        arms += [_arm(f"{field}={v:g}", "socl", socl=((field, float(v)),), points=cfg.points,
+                      x=v, compared_with=(base,) if base and v != chosen else ())
+                 for v in sweep]
+    return arms
+
+
+def figure8(cfg) -> list[Arm]:
+    bce = [_arm(f"BCE-Siam alpha={a:g}", "bce-siam", alpha=float(a), points=cfg.points, x=a)
+           for a in cfg.alphas]
+    return bce + [_arm("SoCL-Siam", "socl", points=cfg.points,
+                       compared_with=(*(a.label for a in bce), "random backbone")),
+                  _arm("random backbone", "random")]
+
+
+def table2(cfg) -> list[Arm]:
+    return [a for h in cfg.budgets_hours for a in (
+        _arm(f"Box-Siam {h:g} h", "box-siam", budget_hours=float(h), x=h),
+        _arm(f"SoCL-Siam {h:g} h", "socl", points=cfg.points, budget_hours=float(h), x=h,
+             compared_with=(f"Box-Siam {h:g} h",)))]
+
+
+def table6(cfg) -> list[Arm]:
+    clean = "SoCL-Siam, clean points"
+    return [_arm(clean, "socl", points="clean"),
+            _arm(f"SoCL-Siam, points shifted {cfg.point_shift:g} px", "socl",
+                 points="noisy", compared_with=(clean,))]
+
+
+def table3(cfg) -> list[Arm]:
+    dcf = dcf_tracker(cfg.dcf)
+    return [_arm("Box-Siam", "box-siam"),
+            _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",)),
+            _arm("random backbone", "random"),
+            _arm("Init-CF", "init-cf", backbone_of="random backbone", tracker=dcf),
+            _arm("Box-CF", "box-cf", backbone_of="Box-Siam", tracker=dcf),
+            _arm("SoCL-CF", "socl-cf", backbone_of="SoCL-Siam", tracker=dcf,
+                 compared_with=("Init-CF", "Box-CF", "SoCL-Siam"))]
+
+
+def table5(cfg) -> list[Arm]:
+    return sparse_boxes.sparse_box_arms(cfg, _arm("SoCL-Siam", "socl", points=cfg.points))
+
+
+def table4(cfg) -> list[Arm]:
+    return [_arm("Box-Siam", "box-siam"),
+            _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",))]
