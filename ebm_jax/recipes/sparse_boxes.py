@@ -87,7 +87,7 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
                 "radius": cfg.failure_radius}
     cache = ItemCache(ctx, ctx.stage_dir(f"pseudo-boxes-s{seed}", identity), identity,
                       folder=f"T{every}", what="cached pseudo boxes")
-    tracker, params = None, None
+    tracker, params, warmed = None, None, set()
     out = {}
     for i, seq in enumerate(tqdm(env.data.train, desc=f"pseudo boxes T={every} s{seed}",
                                  disable=not ctx.progress, leave=False)):
@@ -100,7 +100,10 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
             if tracker is None:
                 tracker, params = make_dcf_tracker(socl.model, cfg.dcf)
             first = seq.read_frame(int(keys[0]))
-            tracker.update(params, tracker.init(params, first, seq.boxes[keys[0]]), first)
+            if first.shape not in warmed:  # compile outside the timed frames, once a shape
+                tracker.update(params, tracker.init(params, first, seq.boxes[keys[0]]),
+                               first)
+                warmed.add(first.shape)
             res = pseudo_boxes(tracker, params, seq.read_frame, seq.boxes,
                                point_annotations(seq, cfg.points), keys,
                                radius=cfg.failure_radius, off_frame=math.inf)

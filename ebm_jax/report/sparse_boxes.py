@@ -11,16 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ebm_jax.report.tables import fmt, markdown_table
-
-PAPER_SECONDS = {"box": 10.2, "point": 2.27, "tracker": 0.1, "scheme_at_10": 3.16}
-
-
-def _cell(summary: Mapping, key: str, spec: str, scale: float = 1.0) -> str:
-    m, sd = summary[key]["mean"], summary[key]["sd"]
-    if m is None:
-        return "-"
-    return fmt(m, spec, scale) + ("" if sd is None else f" +- {fmt(sd, spec, scale)}")
+from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
 
 
 def iou_figure(sweep: Mapping[str, list], title: str):
@@ -51,10 +42,12 @@ def sparse_box_section(extra: Mapping, train, *, every: int, strip_frames: int
     md, figures = [], {}
     head = ["T", "mean IoU", "IoU > 0.5 (%)", "failures / 100 frames",
             "tracker s / frame", "annotation s / frame"]
-    body = [[t, _cell(s, "mean_iou", ".3f"), _cell(s, "iou_above_0.5", ".1f", 100),
-             _cell(s, "failures_per_100", ".1f"), _cell(s, "tracker_seconds", ".3f"),
-             _cell(s, "annotation_seconds", ".2f")]
-            for t, s in sorted(extra["summary"].items(), key=lambda kv: int(kv[0]))]
+    columns = (("mean_iou", ".3f", 1.0), ("iou_above_0.5", ".1f", 100.0),
+               ("failures_per_100", ".1f", 1.0), ("tracker_seconds", ".3f", 1.0),
+               ("annotation_seconds", ".2f", 1.0))
+    body = [[t] + [mean_sd_cell([r[k] for r in rows], spec, scale)
+                   for k, spec, scale in columns]
+            for t, rows in sorted(extra["sweep"].items(), key=lambda kv: int(kv[0]))]
     md.append("Pseudo boxes of SoCL-CF from a box every T frames and a point in the others "
               "(a failure: the tracker's centre more than the failure radius from the "
               "point; mean +- sd over seeds, over the frames without an annotated box). "
