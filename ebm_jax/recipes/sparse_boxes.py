@@ -48,10 +48,20 @@ __all__ = ["LABELS", "labelled_sequences", "pseudo_box_cache", "pseudo_box_sweep
 # the box head's training labels of each arm: every true box, SoCL-CF's pseudo boxes
 # from sparse boxes, the sparse boxes alone
 LABELS = ("all", "pseudo", "sparse")
+# how the boxed frames are chosen (`_has_box`), part of the identity of what they make
+KEY_RULE = "the first frame in view of each block of T"
 
 
 def _has_box(seq) -> np.ndarray:
-    return np.all(np.isfinite(np.asarray(seq.boxes, np.float64)), axis=1)
+    """(N,) bool: the frames an annotator would box, a finite box with the target in
+    view (`Sequence.visible`). An absent frame may carry a box wholly off the frame
+    (GOT-10k's and the generated benchmark's convention): never a key frame."""
+    return np.all(np.isfinite(np.asarray(seq.boxes, np.float64)), axis=1) & seq.visible
+
+
+def _visible_boxes(seq) -> np.ndarray:
+    """The true boxes, NaN where the target is not in view (nothing to score there)."""
+    return np.where(_has_box(seq)[:, None], np.asarray(seq.boxes, np.float64), np.nan)
 
 
 def _read_pseudo(path, seq) -> dict | None:
@@ -84,7 +94,7 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
     cfg, ctx = env.cfg, env.ctx
     identity = {"trained": socl.identity, "data": env.data.identity["train"],
                 "points": cfg.points, "dcf": dataclasses.asdict(cfg.dcf),
-                "radius": cfg.failure_radius}
+                "radius": cfg.failure_radius, "keys": KEY_RULE}
     cache = ItemCache(ctx, ctx.stage_dir(f"pseudo-boxes-s{seed}", identity), identity,
                       folder=f"T{every}", what="cached pseudo boxes")
     tracker, params, warmed = None, None, set()
@@ -151,7 +161,7 @@ def train_sparse_head(env, seed: int, used, *, labels: str) -> Trained:
     sequences = labelled_sequences(env.data.train, labels, every=every, pseudo=pseudo)
     ident = {"of": env.data.identity["train"], "labels": labels}
     if labels != "all":
-        ident["every"] = every
+        ident.update(every=every, keys=KEY_RULE)
     if labels == "pseudo":
         ident.update(points=cfg.points, dcf=dataclasses.asdict(cfg.dcf),
                      radius=cfg.failure_radius)
@@ -225,8 +235,7 @@ def pseudo_box_sweep(env, arms, res, eval_sets) -> dict:
             idx = sorted(cache)
             pooled = {k: np.concatenate([np.asarray(cache[i][k]) for i in idx])
                       for k in ("boxes", "failed", "keyed", "seconds")}
-            truth = np.concatenate([np.asarray(env.data.train[i].boxes, np.float64)
-                                    for i in idx])
+            truth = np.concatenate([_visible_boxes(env.data.train[i]) for i in idx])
             q = pseudo_box_quality(pooled["boxes"], truth, pooled["failed"], pooled["keyed"])
             tracked = pooled["seconds"][pooled["seconds"] > 0]
             secs = float(np.median(tracked)) if tracked.size else 0.0
