@@ -49,7 +49,7 @@ __all__ = ["LABELS", "labelled_sequences", "pseudo_box_cache", "pseudo_box_sweep
 # from sparse boxes, the sparse boxes alone
 LABELS = ("all", "pseudo", "sparse")
 # how the boxed frames are chosen (`_has_box`), part of the identity of what they make
-KEY_RULE = "the first frame in view of each block of T"
+KEY_RULE = "the first frame of each block of T in view with its box centre on the frame"
 
 
 def _has_box(seq) -> np.ndarray:
@@ -57,6 +57,19 @@ def _has_box(seq) -> np.ndarray:
     view (`Sequence.visible`). An absent frame may carry a box wholly off the frame
     (GOT-10k's and the generated benchmark's convention): never a key frame."""
     return np.all(np.isfinite(np.asarray(seq.boxes, np.float64)), axis=1) & seq.visible
+
+
+def _key_candidates(seq) -> np.ndarray:
+    """(N,) bool: frames that can start a snippet, in view with the box's centre on
+    the frame (a tracker starts from it; a box mostly out of view is not one an
+    annotator would pick to start from)."""
+    boxes = np.asarray(seq.boxes, np.float64)
+    height, width = seq.image_size
+    with np.errstate(invalid="ignore"):
+        cx = boxes[:, 0] - 1 + (boxes[:, 2] - 1) / 2
+        cy = boxes[:, 1] - 1 + (boxes[:, 3] - 1) / 2
+        on = (cx >= 0) & (cx <= width - 1) & (cy >= 0) & (cy <= height - 1)
+    return _has_box(seq) & on
 
 
 def _visible_boxes(seq) -> np.ndarray:
@@ -101,7 +114,7 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
     out = {}
     for i, seq in enumerate(tqdm(env.data.train, desc=f"pseudo boxes T={every} s{seed}",
                                  disable=not ctx.progress, leave=False)):
-        keys = sparse_key_frames(_has_box(seq), every)
+        keys = sparse_key_frames(_key_candidates(seq), every)
         if keys.size == 0:
             continue
         name = f"{seq.name}.json"
@@ -140,7 +153,7 @@ def labelled_sequences(sequences, labels: str, *, every: int, pseudo: dict | Non
             continue
         boxes = np.full((len(seq), 4), np.nan)
         if labels == "sparse":
-            keys = sparse_key_frames(_has_box(seq), every)
+            keys = sparse_key_frames(_key_candidates(seq), every)
             boxes[keys] = np.asarray(seq.boxes, np.float64)[keys]
         elif i in pseudo:
             boxes = np.asarray(pseudo[i]["boxes"], np.float64)

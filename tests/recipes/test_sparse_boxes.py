@@ -17,15 +17,17 @@ def _seq(name, n=7, absent=()):
                     boxes=boxes, image_size=(40, 60), absent=flags)
 
 
-def test_an_absent_frame_with_a_box_off_the_frame_is_never_a_key():
+def test_keys_are_in_view_with_the_box_centre_on_the_frame():
     seq = _seq("c")
     absent = np.zeros(7, bool)
     absent[3] = True  # out of view, its box left where the target went (off the frame)
     seq = Sequence(name="c", frames=seq.frames, boxes=seq.boxes.copy(), image_size=(40, 60),
                    absent=absent)
     seq.boxes[3] = [200.0, -50.0, 8.0, 6.0]
+    seq.boxes[6] = [-5.0, 12.0, 8.0, 6.0]  # in view, but its centre is off the frame
     sparse = labelled_sequences([seq], "sparse", every=3)[0]
-    assert np.flatnonzero(np.isfinite(sparse.boxes).all(1)).tolist() == [0, 4, 6]
+    # block [6, 7) has no frame to start from: no key there
+    assert np.flatnonzero(np.isfinite(sparse.boxes).all(1)).tolist() == [0, 4]
 
 
 def test_the_three_label_sets():
