@@ -101,6 +101,16 @@ def existing_dir(name: str, path) -> None:
         raise ValueError(f"{name} must be a directory, got the file {p}")
 
 
+def existing_file(name: str, path) -> None:
+    """`path` (a file the user gives, e.g. weights) must be an existing regular file."""
+    import os
+
+    if not os.path.exists(path):
+        raise ValueError(f"{name} {path} does not exist")
+    if not os.path.isfile(path):
+        raise ValueError(f"{name} must be a file, got the directory {path}")
+
+
 def writable_dir(name: str, path) -> None:
     """`path` must be a directory this process can create and write into: checked
     before any training, by writing and removing a probe file."""

@@ -204,6 +204,18 @@ def mixup(z, candidates, lam) -> jax.Array:
     return _mixup(z, candidates, lam)
 
 
+def _mixup_own_pair(queries, sns_all, lam, n):
+    """Mix-ups of each query z (2N, C) from the 4 SNS of its own video (those of z_i[v]
+    and z_j[v] on frames i and j; `sns_all` is (4N, C) in `socl_loss_with_draws`'s
+    order, video v's at v, N + v, 2N + v, 3N + v)."""
+    video = jnp.arange(queries.shape[0]) % n
+    own = sns_all[video[:, None] + n * jnp.arange(4)[None, :]]          # (2N, 4, C)
+    _, idx = jax.lax.top_k(jnp.einsum("bc,bkc->bk", queries, own), 2)  # ties: lower first
+    pick = jnp.take_along_axis(own, idx[:, :, None], axis=1)           # (2N, 2, C)
+    lam = jnp.reshape(jnp.asarray(lam, queries.dtype), (-1, 1))
+    return lam * pick[:, 0] + (1 - lam) * pick[:, 1]
+
+
 def _soft_contrastive_loss(z_q, z_pos, negatives, neg_mask, tau, include_positive):
     pos = jnp.sum(z_q * z_pos, axis=-1) / tau
     sims = (jnp.einsum("bc,bkc->bk", z_q, negatives) if negatives.ndim == 3
@@ -254,7 +266,11 @@ class SoCLSettings:
     L2-normalise every embedding after its aggregation (the paper scores with dot
     products / tau, tau = 0.5, which presumes unit vectors). mix_range: lambda ~
     U[lo, hi), the paper's lambda in (0.5, 1). include_positive: see
-    `soft_contrastive_loss`.
+    `soft_contrastive_loss`. Two choices the paper leaves open, as switches (the LST
+    study on a validation split): symmetric, eq. 10 for the queries z_i and z_j (True)
+    or, as printed, for z_i only (False; the negative set is the same); mix_scope, each
+    mix-up made of the two hardest of all 4N SNS of the batch ("batch") or of the 4 SNS
+    of the query's own video pair ("pair").
     """
 
     tau: float = 0.5
@@ -266,6 +282,8 @@ class SoCLSettings:
     normalize: bool = True
     mix_range: tuple[float, float] = (0.5, 1.0)
     include_positive: bool = False
+    symmetric: bool = True
+    mix_scope: str = "batch"
 
     def __post_init__(self):
         checks.positive("SoCLSettings.tau", self.tau)
@@ -273,6 +291,9 @@ class SoCLSettings:
             v = float(getattr(self, name))
             if not 0 < v <= 1:
                 raise ValueError(f"SoCLSettings.{name} must be in (0, 1], got {v!r}")
+        if self.mix_scope not in ("batch", "pair"):
+            raise ValueError(f"SoCLSettings.mix_scope must be 'batch' or 'pair', got "
+                             f"{self.mix_scope!r}")
         lo, hi = (float(v) for v in self.mix_range)
         if not 0.5 <= lo <= hi <= 1:
             raise ValueError("SoCLSettings.mix_range must be (lo, hi) with "
@@ -323,7 +344,9 @@ def socl_loss_with_draws(features_i, features_j, h_i, h_j, lam, theta_p,
                                         for f, h in ((f_i, h_i), (f_j, h_j))]))  # (4N, C)
         parts.append(sns_all)
         if s.use_mix:
-            parts.append(unit(_mixup(queries, sns_all, lam)))           # (2N, C)
+            mixed = (_mixup(queries, sns_all, lam) if s.mix_scope == "batch"
+                     else _mixup_own_pair(queries, sns_all, lam, n))
+            parts.append(unit(mixed))                                   # (2N, C)
     negatives = jnp.concatenate(parts)
     video = jnp.arange(2 * n) % n
     neg_mask = jnp.concatenate([video[:, None] != video[None, :],
@@ -342,10 +365,11 @@ def socl_loss_with_draws(features_i, features_j, h_i, h_j, lam, theta_p,
 
     pos_sim = jnp.sum(queries * z_pos, axis=-1)
     hardest = jnp.max(jnp.where(neg_mask, queries @ negatives.T, -jnp.inf), axis=-1)
-    return jnp.mean(per_query), {
-        "positive_similarity": jnp.mean(pos_sim),
-        "hardest_negative_similarity": jnp.mean(hardest),
-        "accuracy": jnp.mean((pos_sim > hardest).astype(jnp.float32)),
+    used = slice(None) if s.symmetric else slice(0, n)                  # the queries
+    return jnp.mean(per_query[used]), {
+        "positive_similarity": jnp.mean(pos_sim[used]),
+        "hardest_negative_similarity": jnp.mean(hardest[used]),
+        "accuracy": jnp.mean((pos_sim[used] > hardest[used]).astype(jnp.float32)),
         "num_negatives": jnp.asarray(num_negatives(n, s), jnp.float32)}
 
 
@@ -361,20 +385,22 @@ def socl_loss(features_i, features_j, h_i, h_j, key: jax.Array,
       MoCHi, the paper's ref. [24]).
     - SNS (eqs. 2-6): the query z_i[n] makes sns(f_i[n], h_i[n], z_i[n]) and
       sns(f_j[n], h_j[n], z_i[n]) (eq. 2 uses z_i on both frames); z_j[n] likewise: 4N.
-    - Mix-ups: one per GST, of its two hardest among all 4N SNS, lam ~ U(mix_range): 2N.
+    - Mix-ups: one per GST, of its two hardest among all 4N SNS (among the 4 of its own
+      video with settings.mix_scope = "pair"), lam ~ U(mix_range): 2N.
     - N_ij of the pair of video n: the 2(N - 1) GSTs of the other videos, all 4N SNS and
       all 2N mix-ups: 8N - 2 (2N - 2 without SNS, 6N - 2 without mix-ups).
     - LSTs (eqs. 7-8), one per frame, theta_p ~ U[b_p, 1) drawn per LST.
     - Loss (eq. 10) of the query z_i[n]: L(z_i, z_j) + L(z_i, LST_j) + L(z_i, LST_i),
       each eq. 9 over N_ij (only L(z_i, z_j) without LSTs). The paper states it for the
       query z_i; we symmetrise: z_j[n] is a query too, with z_i[n], LST_i[n], LST_j[n] as
-      its positives, and the loss is the mean over the 2N queries.
+      its positives, and the loss is the mean over the 2N queries (over the N queries
+      z_i with settings.symmetric = False, as the paper states it).
 
     Gradients flow through every sample, negatives included (end to end; the paper
     names no stop-gradient); the mix-up's choice of the two hardest is discrete.
     Randomness (`socl_draws`): lam and theta_p from fold_in(key, purpose). Metrics:
     positive (GST) similarity, hardest negative similarity, accuracy (the GST positive
-    beats every negative), size of N_ij, each as a mean over the 2N queries.
+    beats every negative), size of N_ij, each as a mean over the queries.
     """
     n = _check_videos(_features("features_i", features_i).shape[0])
     lam, theta_p = socl_draws(key, n, settings)

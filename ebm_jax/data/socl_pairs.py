@@ -20,10 +20,10 @@ whole frames, computed once): {"frames": (F,), "boxes": (F, K, 4) xywh, "scores"
 NaN rows where a frame kept fewer than K. The map of a region is the per-pixel sum of the
 scores of the proposals covering it, drawn in region pixels (`score_map`), averaged over
 the cells of the feature grid, and turned into a distribution by a softmax over the
-cells (`grid_softmax`; both `ebm_jax.ops.score_maps`; sec. 3.1). Feature cell k of
-SiamFC's AlexNet (valid convolutions, total stride 8, receptive field 87) is centred on
-input pixel offset + 8 k with offset = (S - 1 - 8 (g - 1)) / 2; its cell is the 8 x 8
-pixels around that centre.
+cells (`grid_softmax`; both `ebm_jax.ops.score_maps`; sec. 3.1). The cells are the
+backbone's (`feature_grid`): feature cell k of SiamFC's AlexNet (valid convolutions,
+total stride 8) is centred on input pixel 43 + 8 k, of the padded ResNet-18 on pixel
+8 k; its cell is the 8 x 8 pixels around that centre.
 """
 
 from __future__ import annotations
@@ -34,21 +34,26 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ebm_jax.data.tracking_pairs import partnered, pick_pair
+from ebm_jax.models.alexnet import SiamFCAlexNet
 from ebm_jax.ops.crops import crop_square_np
 from ebm_jax.ops.score_maps import grid_softmax, score_map
 
-STRIDE, RECEPTIVE_FIELD = 8, 87  # SiamFC's AlexNet
+EmbeddingGrid = Callable[[int], tuple[int, int, float]]
 
 
-def feature_grid(input_size: int, stride: int = STRIDE,
-                 receptive_field: int = RECEPTIVE_FIELD) -> tuple[int, int]:
-    """(g, lo): the g x g feature grid of an input of `input_size` pixels and the first
-    input pixel of the region its cells tile (cells of `stride` pixels from lo)."""
-    if input_size < receptive_field:
-        raise ValueError(f"input_size must be >= {receptive_field}, got {input_size}")
-    g = (input_size - receptive_field) // stride + 1
-    offset = (input_size - 1 - stride * (g - 1)) / 2
-    return g, int(np.floor(offset)) - stride // 2
+def feature_grid(input_size: int, embedding_grid: EmbeddingGrid = SiamFCAlexNet.embedding_grid
+                 ) -> tuple[int, int, int]:
+    """(g, lo, stride): the g x g feature grid of an input of `input_size` pixels and the
+    first input pixel of the square its cells tile, cells of `stride` pixels from lo
+    (lo < 0 or lo + stride g > input_size where a padded backbone's cells reach past the
+    input). `embedding_grid(size) -> (g, stride, offset)` is the backbone's
+    (`SiamFCAlexNet.embedding_grid`, `SiamResNet18.embedding_grid`): cell k is centred on
+    input pixel offset + stride k, and covers the stride x stride pixels around it."""
+    g, stride, offset = embedding_grid(int(input_size))
+    if g < 1:
+        raise ValueError(f"input_size {input_size} is too small for the backbone: it "
+                         f"gives no feature cell")
+    return int(g), int(np.floor(offset)) - stride // 2, int(stride)
 
 
 def region_boxes(boxes: np.ndarray, center_yx, side: float, out_size: int) -> np.ndarray:
@@ -65,14 +70,17 @@ def region_boxes(boxes: np.ndarray, center_yx, side: float, out_size: int) -> np
 
 
 def region_top_map(boxes: np.ndarray, scores: np.ndarray, center_yx, side: float,
-                   input_size: int, temperature: float = 1.0) -> np.ndarray:
-    """The TOP map (g, g) of the region: proposals drawn in region pixels, averaged over
-    the feature cells, softmax over cells (SoCL sec. 3.1)."""
+                   input_size: int, temperature: float = 1.0,
+                   embedding_grid: EmbeddingGrid = SiamFCAlexNet.embedding_grid
+                   ) -> np.ndarray:
+    """The TOP map (g, g) of the region: proposals drawn in region pixels over the
+    square the feature cells tile (`feature_grid`; past the region's edges where the
+    cells reach there), averaged over each cell, softmax over cells (SoCL sec. 3.1)."""
     ok = np.all(np.isfinite(boxes), axis=-1) & np.isfinite(scores)
     rb = region_boxes(boxes[ok], center_yx, side, input_size)
-    pixels = score_map((input_size, input_size), rb, np.asarray(scores[ok], np.float64))
-    g, lo = feature_grid(input_size)
-    window = pixels[lo:lo + STRIDE * g, lo:lo + STRIDE * g]
+    g, lo, stride = feature_grid(input_size, embedding_grid)
+    rb[:, :2] -= lo  # region pixel lo is the window's pixel 0
+    window = score_map((stride * g, stride * g), rb, np.asarray(scores[ok], np.float64))
     return np.asarray(grid_softmax(window, (g, g), temperature=temperature), np.float32)
 
 
@@ -91,11 +99,13 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
                     points: Sequence[np.ndarray], videos: int, max_gap: int, seed: int,
                     input_size: int = 159, context_side: float = 144.0,
                     shift_jitter: float = 0.125, scale_jitter: float = 1.25,
-                    temperature: float = 1.0, cache_frames: int = 512
+                    temperature: float = 1.0, cache_frames: int = 512,
+                    embedding_grid: EmbeddingGrid = SiamFCAlexNet.embedding_grid
                     ) -> Callable[[int], dict]:
     """`batches(step) -> dict`, a function of (seed, step) alone (a resumed run sees the
     same batches). `tops[i]` are the TOP proposals of sequences[i]'s frames, `points[i]`
-    its (N, 2) points (1-indexed x, y) used as region centres. Raises ValueError when
+    its (N, 2) points (1-indexed x, y) used as region centres; `embedding_grid` the
+    backbone's (`feature_grid`), on whose cells the TOP maps lie. Raises ValueError when
     fewer than `videos` sequences have two frames with maps less than `max_gap` apart."""
     if max_gap < 1:
         raise ValueError(f"max_gap must be >= 1, got {max_gap}")
@@ -126,7 +136,7 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
         cx = px + rng.uniform(-1, 1) * shift_jitter * side
         image = crop_square_np(frame(seq_index, t), (cy, cx), side, input_size)
         h = region_top_map(top["boxes"][row], top["scores"][row], (cy, cx), side,
-                           input_size, temperature)
+                           input_size, temperature, embedding_grid)
         return np.asarray(np.clip(np.rint(image), 0, 255), np.uint8), h
 
     def batches(step: int) -> dict:

@@ -143,6 +143,13 @@ class GroupedConv(nnx.Module):
 class SiamFCAlexNet(nnx.Module):
     """SiamFC's AlexNet backbone; see the module docstring."""
 
+    # the levels the trackers take by default: the box head's (conv3, conv5) and the
+    # correlation filter's (conv1, conv5; the paper's ResNet-18 conv1 and layer3)
+    box_head_levels = BOX_HEAD_LEVELS
+    dcf_levels = (0, 4)
+    level_names = LEVEL_NAMES
+    min_input_size = 87
+
     def __init__(self, *, width: float = 1.0, rngs: nnx.Rngs):
         self.width = float(width)
         self.channels = alexnet_channels(width)
@@ -165,7 +172,7 @@ class SiamFCAlexNet(nnx.Module):
         """The outputs of the convolutions `levels` (indices 0 = conv1 .. 4 = conv5,
         increasing), each after its batch norm, ReLU and pooling where the layer has
         them, from one pass that stops at the last level asked for."""
-        x, levels = check_feature_request(x, levels, _check_level, 87)
+        x, levels = check_feature_request(x, levels, _check_level, self.min_input_size)
         h = x.astype(jnp.float32)
         out = []
         for i, (conv, norm, (_, _, _, _, pool)) in enumerate(
@@ -188,3 +195,10 @@ class SiamFCAlexNet(nnx.Module):
     def level_geometry(self, levels=BOX_HEAD_LEVELS) -> tuple[tuple[int, float], ...]:
         """(stride, offset) of each of `features(x, levels)` (`level_geometry`)."""
         return tuple(level_geometry(lv) for lv in levels)
+
+    @staticmethod
+    def embedding_grid(size: int) -> tuple[int, int, float]:
+        """(g, stride, offset) of the embedding (`__call__`) of a size x size input: a
+        g x g grid whose cell i is centred on input pixel offset + stride * i."""
+        stride, offset = level_geometry(len(LAYERS) - 1)
+        return alexnet_output_size(size), stride, offset

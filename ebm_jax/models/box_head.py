@@ -202,12 +202,14 @@ class BoxHeadNet(nnx.Module):
     is the backbone's `features(x, levels)` (the head's input levels), held constant in
     the gradient (`stop_gradient`) when `frozen`. The backbone runs in eval mode (its
     batch-norm statistics are not updated), frozen or not; with `frozen`, give the
-    optimiser the head's parameters only (`trainable_filter`). The backbone and the head
+    optimiser the head's parameters only (`trainable_filter`). `levels`: default the
+    backbone's `box_head_levels`. The backbone and the head
     are copied, arrays included: a train step that donates the net's state leaves the
     caller's modules (and their mode) as they were."""
 
     def __init__(self, backbone: nnx.Module, head: BoxEnergyHead, *,
-                 levels: Sequence[int] = (2, 4), frozen: bool = True):
+                 levels: Sequence[int] | None = None, frozen: bool = True):
+        levels = backbone.box_head_levels if levels is None else levels
         self.levels_used = tuple(int(lv) for lv in levels)
         head.check_geometry(backbone.level_geometry(self.levels_used),
                             backbone.level_channels(self.levels_used))

@@ -58,6 +58,36 @@ def resnet_channels(width: float) -> tuple[int, ...]:
     return tuple(max(8, round(w * c)) for c in BASE_CHANNELS)
 
 
+def resnet_output_size(size: int) -> int:
+    """Side of layer3's (and the embedding's) grid for a size x size input: conv1,
+    the max-pool and layer2 each halve it, rounding up (padded): 127 -> 16, 255 -> 32."""
+    s = int(size)
+    for _ in range(3):
+        s = (s - 1) // 2 + 1
+    return s
+
+
+def resnet_flops(width: float, size: int, out_channels: int | None = None) -> float:
+    """FLOPs (2 x multiply-adds) of the convolutions of one forward pass on one
+    size x size image (the 1x1 projections and the adjust layer included; batch norm,
+    ReLU and pooling are not counted)."""
+    c1, c_l1, c_l2, c_l3 = resnet_channels(width)
+    out = c_l3 if out_channels is None else int(out_channels)
+    s = int(size)
+    if s < 16:
+        raise ValueError(f"size must be an integer >= 16, got {size!r}")
+    s1 = (s - 1) // 2 + 1
+    s2 = (s1 - 1) // 2 + 1
+    s3 = (s2 - 1) // 2 + 1
+    macs = (s1 * s1 * 49 * 3 * c1                                    # conv1
+            + s2 * s2 * 9 * (c1 * c_l1 + 3 * c_l1 * c_l1)             # layer1
+            + (c1 != c_l1) * s2 * s2 * c1 * c_l1
+            + s3 * s3 * (9 * (c_l1 * c_l2 + 3 * c_l2 * c_l2) + c_l1 * c_l2)  # layer2
+            + s3 * s3 * (9 * (c_l2 * c_l3 + 3 * c_l3 * c_l3) + c_l2 * c_l3)  # layer3
+            + s3 * s3 * c_l3 * out)                                   # adjust
+    return 2.0 * macs
+
+
 def _check_level(level) -> int:
     if isinstance(level, bool) or int(level) != level or not 0 <= int(level) < len(
             LEVEL_NAMES):
@@ -72,6 +102,13 @@ def _batch_norm(c, rngs):
 
 class SiamResNet18(nnx.Module):
     """ResNet-18 to layer3 (dilated) plus a 1x1 adjust layer; see the module docstring."""
+
+    # the levels the trackers take by default: the box head's (layer2 and layer3, as in
+    # IoU-Net / ATOM) and the correlation filter's (conv1 and layer3, the paper's SoCL-CF)
+    box_head_levels = (2, 3)
+    dcf_levels = DCF_LEVELS
+    level_names = LEVEL_NAMES
+    min_input_size = 16
 
     def __init__(self, *, width: float = 1.0, out_channels: int | None = None,
                  rngs: nnx.Rngs):
@@ -99,7 +136,7 @@ class SiamResNet18(nnx.Module):
     def features(self, x: jax.Array, levels=DCF_LEVELS) -> tuple[jax.Array, ...]:
         """The outputs of `levels` (0 conv1 after its BN and ReLU, before the max-pool;
         1-3 layer1-3; 4 adjust), increasing, from one pass that stops at the last."""
-        x, levels = check_feature_request(x, levels, _check_level, 16)
+        x, levels = check_feature_request(x, levels, _check_level, self.min_input_size)
         mean = jnp.asarray(IMAGENET_MEAN, jnp.float32) * 255.0
         std = jnp.asarray(IMAGENET_STD, jnp.float32) * 255.0
         h = (x.astype(jnp.float32) - mean) / std
@@ -127,6 +164,12 @@ class SiamResNet18(nnx.Module):
         pixel stride * i (symmetric padding: offset 0)."""
         return tuple((LEVEL_STRIDES[_check_level(lv)], 0.0) for lv in levels)
 
+    @staticmethod
+    def embedding_grid(size: int) -> tuple[int, int, float]:
+        """(g, stride, offset) of the embedding (`__call__`) of a size x size input: a
+        g x g grid whose cell i is centred on input pixel offset + stride * i."""
+        return resnet_output_size(size), LEVEL_STRIDES[-1], 0.0
+
 
 __all__ = ["DCF_LEVELS", "IMAGENET_MEAN", "IMAGENET_STD", "LEVEL_NAMES", "SiamResNet18",
-           "resnet_channels"]
+           "resnet_channels", "resnet_flops", "resnet_output_size"]

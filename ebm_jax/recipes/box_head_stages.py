@@ -45,9 +45,11 @@ class TrainedBoxHead:
 
 
 def build_box_head(backbone, settings: BoxHeadSettings, key,
-                   levels: Sequence[int] = (2, 4)) -> BoxEnergyHead:
-    """A `BoxEnergyHead` for `backbone`'s `levels` (their channels, strides, offsets),
-    of the widths of `settings`, initialised from `key`."""
+                   levels: Sequence[int] | None = None) -> BoxEnergyHead:
+    """A `BoxEnergyHead` for `backbone`'s `levels` (their channels, strides, offsets;
+    default the backbone's `box_head_levels`), of the widths of `settings`, initialised
+    from `key`."""
+    levels = backbone.box_head_levels if levels is None else levels
     geometry = backbone.level_geometry(levels)
     return BoxEnergyHead(backbone.level_channels(levels),
                          strides=[g[0] for g in geometry], offsets=[g[1] for g in geometry],
@@ -59,7 +61,7 @@ def build_box_head(backbone, settings: BoxHeadSettings, key,
 def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity,
                    settings: BoxHeadSettings, joint: bool = False,
                    siamfc: SiamFCSettings = SiamFCSettings(),
-                   levels: Sequence[int] = (2, 4), name: str | None = None,
+                   levels: Sequence[int] | None = None, name: str | None = None,
                    save_every: int | None = None) -> TrainedBoxHead:
     """Trains (or resumes) the box head on pairs of `sequences` (`pair_batches`: their
     z/x regions are the reference and test frames; the crops are made in the jitted
@@ -67,10 +69,12 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     is frozen (its parameters outside the optimiser, its features under
     stop_gradient) unless `joint`, which trains both; it runs in eval mode either way.
     Keys: the head's init `ctx.key(name, "init")`, the steps' `ctx.key(name, "train")`
-    folded with the step, the pairs' order `ctx.seed_of(name, "pairs")`."""
+    folded with the step, the pairs' order `ctx.seed_of(name, "pairs")`. `levels`:
+    default the backbone's `box_head_levels` (AlexNet conv3 + conv5, ResNet-18 layer2 +
+    layer3)."""
     if not isinstance(settings, BoxHeadSettings):
         raise TypeError(f"settings must be a BoxHeadSettings, got {type(settings).__name__}")
-    levels = tuple(int(lv) for lv in levels)
+    levels = tuple(int(lv) for lv in (backbone.box_head_levels if levels is None else levels))
     joint = bool(joint)
     name = name or f"box-head-{settings.method}{'-joint' if joint else ''}-s{ctx.seed}"
     identity = {"data": data_identity, "backbone": backbone_identity,
@@ -102,13 +106,15 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
 
 def box_head_runner(net, settings: BoxHeadSettings, *, refine: bool = True,
                     siamfc: SiamFCSettings = SiamFCSettings(),
-                    levels: Sequence[int] = (2, 4)):
+                    levels: Sequence[int] | None = None):
     """`run(seq) -> (boxes, seconds)` of the box-head tracker (`make_box_head_tracker`,
     jitted) of a trained `BoxHeadNet`; `refine=False` is its coarse tracker (SiamFC's
     centre, one scale, the previous size), the same model without the refinement.
-    Compiled before the first timed frame (`timed_runner`)."""
-    tracker, params = make_box_head_tracker(net.backbone, net.head, settings, siamfc,
-                                            levels=levels, refine=refine)
+    Compiled before the first timed frame (`timed_runner`). `levels`: default those the
+    net was trained on."""
+    tracker, params = make_box_head_tracker(
+        net.backbone, net.head, settings, siamfc,
+        levels=net.levels_used if levels is None else levels, refine=refine)
     return timed_runner(tracker, params)
 
 

@@ -158,7 +158,7 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
     batch must fit, the training sequences must carry points and every budget must buy
     enough sequences. Returns the opened data and budget plan, which `run` takes."""
     from ebm_jax import checks
-    from ebm_jax.models.alexnet import alexnet_flops
+    from ebm_jax.models.tracking_backbones import tracking_backbone_flops
 
     data = _with_points(cfg, ctx, tracking.check(cfg, ctx))
     if any(a.tracker.name == "dcf" for a in arms_of(cfg)):
@@ -178,8 +178,9 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
                          f"--devices {ctx.num_devices}")
     checks.fits_in_memory(
         f"a SoCL batch ({2 * cfg.videos} regions of {cfg.input_size}x{cfg.input_size}, "
-        f"AlexNet width {cfg.width})",
-        2 * cfg.videos * 0.4 * alexnet_flops(cfg.width, cfg.input_size),
+        f"{cfg.backbone} width {cfg.width})",
+        2 * cfg.videos * 0.4 * tracking_backbone_flops(cfg.backbone, cfg.width,
+                                                       cfg.input_size),
         hint="lower --config.videos, --config.input_size or --config.width")
     for kind in point_kinds(arms_of(cfg)):
         annotated = [stages.annotated_frames(s, kind, cfg.annotate_every) for s in data.train]
@@ -194,15 +195,17 @@ def _check_dcf(cfg: Config) -> None:
     """The correlation filter's levels and crop fit the backbone (before training)."""
     from flax import nnx
 
-    from ebm_jax.models.alexnet import LEVEL_NAMES, SiamFCAlexNet
+    from ebm_jax.models.tracking_backbones import tracking_backbone
     from ebm_jax.tracking.dcf import level_layout
 
-    if max(cfg.dcf.levels) >= len(LEVEL_NAMES):
-        raise ConfigError(f"--config.dcf.levels must be AlexNet levels in [0, "
-                          f"{len(LEVEL_NAMES) - 1}] ({', '.join(LEVEL_NAMES)}), got "
-                          f"{cfg.dcf.levels!r}")
+    model = tracking_backbone(cfg.backbone, width=cfg.width, rngs=nnx.Rngs(0))
+    names = model.level_names
+    if cfg.dcf.levels is not None and max(cfg.dcf.levels) >= len(names):
+        raise ConfigError(f"--config.dcf.levels must be {cfg.backbone} levels in [0, "
+                          f"{len(names) - 1}] ({', '.join(names)}; by default "
+                          f"{model.dcf_levels}), got {cfg.dcf.levels!r}")
     try:
-        level_layout(SiamFCAlexNet(width=cfg.width, rngs=nnx.Rngs(0)), cfg.dcf)
+        level_layout(model, cfg.dcf)
     except ValueError as error:
         raise ConfigError(f"--config.dcf: {error}") from error
 

@@ -71,10 +71,12 @@ def _sequences(env: SoCLRun, method: str, budget_hours: float | None):
 
 
 def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
-    """No training: the initial weights every SoCL arm of the seed starts from."""
+    """No training: the initial weights every SoCL arm of the seed starts from (random,
+    or ImageNet's conv1-layer3 where `cfg.pretrained`)."""
     cfg, ctx = env.cfg, env.ctx
     return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}"),
-                   {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed})
+                   {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed,
+                    **tstages.backbone_identity(cfg)})
 
 
 def train_box_siam(env: SoCLRun, seed: int, earlier, *,
@@ -184,7 +186,7 @@ def table6(cfg) -> list[Arm]:
 
 
 def table3(cfg) -> list[Arm]:
-    dcf = dcf_tracker(cfg.dcf)
+    dcf = dcf_tracker(tstages.dcf_settings(cfg))
     return [_arm("Box-Siam", "box-siam"),
             _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",)),
             _arm("random backbone", "random"),

@@ -183,14 +183,15 @@ def socl_settings(cfg, overrides=()):
 
 def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                overrides, seed: int, *, label: str = "SoCL-Siam") -> Trained:
-    """The SoCL-Siam stage of one arm and training seed (resumes): AlexNet from scratch,
+    """The SoCL-Siam stage of one arm and training seed (resumes): the backbone's start
+    (`build_model`: random, or ImageNet's where `cfg.pretrained`),
     Adam (lr x 0.1 after `socl_lr_drop` of the steps, as the paper's drop at epoch 500
     of 1000), loss (10) on `context_batches`. Every arm of a seed starts from the same
     weights and sees the same batch order (paired comparisons)."""
     import optax
 
     from ebm_jax.data.socl_pairs import context_batches
-    from ebm_jax.recipes.tracking_stages import build_model
+    from ebm_jax.recipes.tracking_stages import backbone_identity, build_model
     from ebm_jax.tracking.socl_siam import make_socl_siam_loss
     from ebm_jax.train import create_train_state, make_train_step, merge_model
     from ebm_jax.train.stages import TrainStage
@@ -204,7 +205,7 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                 "lr": cfg.socl_lr, "lr_drop": cfg.socl_lr_drop, "input": cfg.input_size,
                 "context_side": cfg.context_side, "jitter": [cfg.shift_jitter,
                                                              cfg.scale_jitter],
-                "max_gap": cfg.max_gap, "seed": seed}
+                "max_gap": cfg.max_gap, "seed": seed, **backbone_identity(cfg)}
     every = max(1, cfg.socl_steps // 20)
     stage = TrainStage(name, identity, cfg.socl_steps, log_every=every, save_every=every * 5)
     model = build_model(cfg, ctx, name)
@@ -218,7 +219,8 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                               max_gap=cfg.max_gap, seed=ctx.seed_of(name, "batches"),
                               input_size=cfg.input_size, context_side=cfg.context_side,
                               shift_jitter=cfg.shift_jitter, scale_jitter=cfg.scale_jitter,
-                              temperature=cfg.top_temperature)
+                              temperature=cfg.top_temperature,
+                              embedding_grid=model.embedding_grid)
     ctx.log(f"stage {name} ({label}): {cfg.socl_steps} steps of {cfg.videos} videos x "
             f"2 frames from {batches.num_sequences} sequences ({batches.num_frames} frames "
             "with TOP maps)")

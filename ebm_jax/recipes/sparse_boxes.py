@@ -33,7 +33,7 @@ from ebm_jax.recipes.box_head_stages import train_box_head
 from ebm_jax.recipes.item_cache import ItemCache
 from ebm_jax.recipes.socl_stages import point_annotations
 from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained, dcf_tracker, reuse_model
-from ebm_jax.recipes.tracking_stages import SIAMFC
+from ebm_jax.recipes.tracking_stages import SIAMFC, dcf_settings
 from ebm_jax.report.statistics import mean_sd
 from ebm_jax.tracking.pseudo_boxes import (
     annotation_seconds_per_frame,
@@ -106,7 +106,7 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
 
     cfg, ctx = env.cfg, env.ctx
     identity = {"trained": socl.identity, "data": env.data.identity["train"],
-                "points": cfg.points, "dcf": dataclasses.asdict(cfg.dcf),
+                "points": cfg.points, "dcf": dataclasses.asdict(dcf_settings(cfg)),
                 "radius": cfg.failure_radius, "keys": KEY_RULE}
     cache = ItemCache(ctx, ctx.stage_dir(f"pseudo-boxes-s{seed}", identity), identity,
                       folder=f"T{every}", what="cached pseudo boxes")
@@ -121,7 +121,7 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
         rec = cache.load(name, functools.partial(_read_pseudo, seq=seq))
         if rec is None:
             if tracker is None:
-                tracker, params = make_dcf_tracker(socl.model, cfg.dcf)
+                tracker, params = make_dcf_tracker(socl.model, dcf_settings(cfg))
             first = seq.read_frame(int(keys[0]))
             if first.shape not in warmed:  # compile outside the timed frames, once a shape
                 tracker.update(params, tracker.init(params, first, seq.boxes[keys[0]]),
@@ -176,7 +176,7 @@ def train_sparse_head(env, seed: int, used, *, labels: str) -> Trained:
     if labels != "all":
         ident.update(every=every, keys=KEY_RULE)
     if labels == "pseudo":
-        ident.update(points=cfg.points, dcf=dataclasses.asdict(cfg.dcf),
+        ident.update(points=cfg.points, dcf=dataclasses.asdict(dcf_settings(cfg)),
                      radius=cfg.failure_radius)
     t = train_box_head(ctx, sequences, data_identity=ident, backbone=socl.model,
                        backbone_identity=socl.identity["trained"], settings=settings,
@@ -198,7 +198,7 @@ def sparse_box_arms(cfg, socl_arm) -> list[Arm]:
     head: Tracker = box_head_tracker(dataclasses.replace(cfg.box_head, method="nce+"))
     about = (("socl", ()), ("alpha", None), ("points", cfg.points), ("budget_hours", None))
     cf = Arm("SoCL-CF", "socl-cf", functools.partial(reuse_model, label="SoCL-Siam"),
-             tracker=dcf_tracker(cfg.dcf), uses=("SoCL-Siam",),
+             tracker=dcf_tracker(dcf_settings(cfg)), uses=("SoCL-Siam",),
              compared_with=("SoCL-Siam",), about=about + (("backbone_of", "SoCL-Siam"),))
     heads = []
     for labels in LABELS:

@@ -35,6 +35,7 @@ import math
 
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
+from ebm_jax.models.tracking_backbones import BACKBONES, backbone_title
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.box_head_experiment import (box_head_arms, choose_box_head_arms,
                                                  coarse_evaluation)
@@ -66,7 +67,13 @@ class Config:
     frame_width: int = 320
     point_shift: float = 20.0  # px, the noisy point annotation's shift (for SoCL)
     box_every: int = 10  # T of the sparse box annotations (for SoCL)
-    width: float = 0.25  # AlexNet channel multiplier (1.0: the published net)
+    width: float = 0.25  # the backbone's channel multiplier (1.0: the published nets)
+    # the backbone every arm trains (`ebm_jax.models.tracking_backbones`): "alexnet"
+    # (SiamFC's, the default) or "resnet18" (dilated layer3, SoCL's in the paper), and
+    # a torchvision ImageNet ResNet-18 state dict (resnet18-*.pth, read without torch)
+    # the resnet18 arms start from (width 1.0); None: random initialisation
+    backbone: str = "alexnet"
+    pretrained: str | None = None
     steps: int = 600
     batch_size: int = 8
     lr_start: float = 1e-2
@@ -109,6 +116,11 @@ class Config:
         c.int_range("strip_frames", 1, 20)
         c.float_range("point_shift", 0.0, 1000.0)
         c.float_range("width", 0.0625, 4.0)
+        c.one_of("backbone", BACKBONES)
+        if self.pretrained is not None and self.backbone != "resnet18":
+            raise ConfigError(f"--config.pretrained (a torchvision ResNet-18 state dict) "
+                              f"needs --config.backbone=resnet18, got "
+                              f"--config.backbone={self.backbone}")
         c.positive("lr_start")
         c.positive("lr_end")
         c.float_range("momentum", 0.0, 1.0, open_high=True)
@@ -205,14 +217,16 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
         raise ValueError(f"--config.batch_size {cfg.batch_size} must be divisible by "
                          f"--devices {ctx.num_devices}")
     stages.generated_specs(cfg, ctx)  # the generator's own checks of the sizes
-    from ebm_jax.models.alexnet import alexnet_flops
+    stages.check_pretrained(cfg)
+    from ebm_jax.models.tracking_backbones import tracking_backbone_flops
 
     region = int(round(1.25 * 255))
     checks.fits_in_memory(
-        f"a training batch ({cfg.batch_size} pairs of {region}x{region} regions, AlexNet "
-        f"width {cfg.width})",
+        f"a training batch ({cfg.batch_size} pairs of {region}x{region} regions, "
+        f"{cfg.backbone} width {cfg.width})",
         # activations of forward + backward: ~4 bytes per FLOP / 10 is generous for AlexNet
-        cfg.batch_size * 0.4 * (alexnet_flops(cfg.width, 255) + alexnet_flops(cfg.width, 127)),
+        cfg.batch_size * 0.4 * (tracking_backbone_flops(cfg.backbone, cfg.width, 255)
+                                + tracking_backbone_flops(cfg.backbone, cfg.width, 127)),
         hint="lower --config.batch_size or --config.width")
     data = stages.open_data(cfg, ctx)
     from ebm_jax.data.tracking_pairs import pair_batches
@@ -286,10 +300,11 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     test = data.eval_sets["generated-test"]
     strips = test[:cfg.strip_sequences]
     figures = {}
-    title = (f"Box-Siam (SiamFC, AlexNet width {cfg.width}) trained {cfg.steps} steps on "
+    net = backbone_title(cfg.backbone, cfg.pretrained is not None)
+    title = (f"Box-Siam (SiamFC, {net} width {cfg.width}) trained {cfg.steps} steps on "
              f"{len(data.train)} generated sequences; seeds {list(cfg.seeds)}")
     if validation is not None:
-        title = (f"Box heads (KLD-IS, NCE, NCE+, ML-IS) on Box-Siam (SiamFC, AlexNet width "
+        title = (f"Box heads (KLD-IS, NCE, NCE+, ML-IS) on Box-Siam (SiamFC, {net} width "
                  f"{cfg.width}, {cfg.steps} steps; heads {cfg.box_head.steps} steps"
                  f"{', joint' if cfg.box_head_joint else ', frozen backbone'}) against "
                  f"SiamFC's scale search; {len(data.train) - cfg.validation_sequences} "

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from etils import epath
 
+from ebm_jax.config import ConfigError
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.item_cache import ItemCache
 from ebm_jax.tracking.siamfc import SiamFCSettings
@@ -119,17 +120,71 @@ def training_identity(cfg, data_identity, seed: int) -> dict:
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
             "max_gap": cfg.max_gap, "settings": dataclasses.asdict(SIAMFC),
-            "seed": seed}
+            "seed": seed, **backbone_identity(cfg)}
+
+
+def backbone_identity(cfg) -> dict:
+    """The backbone's part of a training stage's identity: nothing for SiamFC's AlexNet
+    from random weights (the identity stages had before the backbone was a choice), else
+    its name and the SHA-256 of the pretrained file's bytes (never its path)."""
+    if cfg.backbone == "alexnet" and cfg.pretrained is None:
+        return {}
+    from ebm_jax.io import file_digests
+
+    return {"backbone": cfg.backbone,
+            "pretrained": None if cfg.pretrained is None else file_digests([cfg.pretrained])[0]}
+
+
+def _pretrained_state(path: str) -> dict:
+    from ebm_jax.models.torch_weights import read_torch_state_dict
+
+    return read_torch_state_dict(path)
+
+
+def check_pretrained(cfg) -> None:
+    """Before training: `cfg.pretrained` is a file, a state dict, and its weights fit the
+    backbone at `cfg.width` (a ConfigError naming the file and the first misfit)."""
+    if cfg.pretrained is None:
+        return
+    from flax import nnx
+
+    from ebm_jax import checks
+    from ebm_jax.models.torch_weights import TorchCheckpointError, load_torchvision_resnet18
+    from ebm_jax.models.tracking_backbones import tracking_backbone
+
+    checks.existing_file("--config.pretrained", cfg.pretrained)
+    model = tracking_backbone(cfg.backbone, width=cfg.width, rngs=nnx.Rngs(0))
+    try:
+        load_torchvision_resnet18(model, _pretrained_state(cfg.pretrained))
+    except TorchCheckpointError as error:
+        raise ConfigError(f"--config.pretrained={cfg.pretrained}: {error}") from error
+
+
+def dcf_settings(cfg):
+    """`cfg.dcf` with its levels fixed for `cfg.backbone` (`DCFSettings.for_backbone`:
+    AlexNet conv1 + conv5, ResNet-18 conv1 + layer3 unless given): what identities
+    record, so that a stage's identity names the levels it used."""
+    from ebm_jax.models.tracking_backbones import backbone_class
+
+    return cfg.dcf.for_backbone(backbone_class(cfg.backbone))
 
 
 def build_model(cfg, ctx, stage_name: str):
-    """AlexNet of `cfg.width` with the initial weights of stage `stage_name` (the random
-    backbone baseline of that stage)."""
+    """The backbone `cfg.backbone` of `cfg.width` with the initial weights of stage
+    `stage_name` (the random backbone baseline of that stage), conv1 to layer3 then
+    replaced by the ImageNet weights of `cfg.pretrained` where given (the adjust layer
+    keeps its random start)."""
     from flax import nnx
 
-    from ebm_jax.models.alexnet import SiamFCAlexNet
+    from ebm_jax.models.tracking_backbones import tracking_backbone
 
-    return SiamFCAlexNet(width=cfg.width, rngs=nnx.Rngs(ctx.key(stage_name, "init")))
+    model = tracking_backbone(cfg.backbone, width=cfg.width,
+                              rngs=nnx.Rngs(ctx.key(stage_name, "init")))
+    if cfg.pretrained is not None:
+        from ebm_jax.models.torch_weights import load_torchvision_resnet18
+
+        load_torchvision_resnet18(model, _pretrained_state(cfg.pretrained))
+    return model
 
 
 def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,

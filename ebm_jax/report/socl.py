@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ebm_jax.models.tracking_backbones import backbone_title
 from ebm_jax.report import Report
 from ebm_jax.report.statistics import paired_seeds_and_sequences
 from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
@@ -149,7 +150,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
                        fmt(np.mean(secs), ".0f") if secs else "-"])
     body.append(["never moves (first box)"] + [fmt(static_row[k], ".1f", 100)
                                                for k, _ in METRICS] + ["-", "-"])
-    md = [f"## SoCL {exp}: SiamFC AlexNet width {cfg.width}, {cfg.socl_steps} SoCL steps of "
+    net = backbone_title(cfg.backbone, cfg.pretrained is not None)
+    md = [f"## SoCL {exp}: SiamFC {net} width {cfg.width}, {cfg.socl_steps} SoCL steps of "
           f"{cfg.videos} videos, {len(train)} generated training sequences\n",
           f"Generated test split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",

@@ -271,7 +271,7 @@ class BoxHeadState(NamedTuple):
 def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
                           settings: BoxHeadSettings = BoxHeadSettings(),
                           siamfc: SiamFCSettings = SiamFCSettings(), *,
-                          levels=(2, 4), refine: bool = True, seed: int = 0,
+                          levels=None, refine: bool = True, seed: int = 0,
                           jit: bool = True) -> tuple[Tracker, tuple]:
     """(tracker, params): SiamFC (one scale, `siamfc` otherwise) with the box head's
     refinement; params = (backbone state in eval mode, head state). `init(params, frame,
@@ -283,7 +283,8 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     mean of the top k; then the size and centre limits of `BoxHeadSettings` (a
     non-finite refined box falls back to the coarse one). `refine=False` gives the
     coarse box (for timing the refinement). Both are jitted unless `jit=False`.
-    Boxes are xywh (1-indexed)."""
+    Boxes are xywh (1-indexed). `levels`: default the backbone's `box_head_levels`."""
+    levels = tuple(backbone.box_head_levels if levels is None else levels)
     model = nnx.clone(backbone)
     model.eval()
     head.check_geometry(model.level_geometry(levels), model.level_channels(levels))

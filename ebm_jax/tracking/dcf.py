@@ -67,9 +67,10 @@ class DCFSettings:
     """The correlation filter tracker's settings (defaults: ECO's where it has them,
     REFERENCE.md "DCF"; DCFNet's lambda and scale penalty).
 
-    levels: backbone levels whose features the filter uses, shallow to deep (AlexNet
-    conv1 and conv5 here; the paper's ResNet-18 conv1 and layer3). level_weights: the
-    weight of each level's response in the sum. crop_size: the sample's side in pixels
+    levels: backbone levels whose features the filter uses, shallow to deep; None: the
+    backbone's two `dcf_levels` (AlexNet conv1 and conv5; ResNet-18 conv1 and layer3, the
+    paper's), fixed by `for_backbone`. level_weights: the weight of each level's
+    response in the sum. crop_size: the sample's side in pixels
     fed to the backbone; search_area: the sample's side in frame pixels is search_area
     x sqrt(w h) of the target (ECO's search_area_scale 4.5). label_sigma: the label's
     std as a fraction of sqrt(w h) (ECO's output_sigma_factor 1/8). reg: lambda, as a
@@ -81,8 +82,8 @@ class DCFSettings:
     evaluated. min_size: the smallest box side kept (frame pixels).
     """
 
-    levels: tuple = (0, 4)
-    level_weights: tuple = (1.0, 1.0)
+    levels: tuple[int, ...] | None = None
+    level_weights: tuple[float, ...] = (1.0, 1.0)
     crop_size: int = 255
     search_area: float = 4.5
     label_sigma: float = 0.125
@@ -96,20 +97,22 @@ class DCFSettings:
     min_size: float = 4.0
 
     def __post_init__(self):
-        object.__setattr__(self, "levels", tuple(self.levels))
+        if self.levels is not None:
+            object.__setattr__(self, "levels", tuple(self.levels))
         object.__setattr__(self, "level_weights",
                            tuple(float(w) for w in self.level_weights))
-        if not self.levels or any(isinstance(v, bool) or int(v) != v or v < 0
-                                  for v in self.levels):
+        if self.levels is not None and (not self.levels or any(
+                isinstance(v, bool) or int(v) != v or v < 0 for v in self.levels)):
             raise ValueError(f"DCFSettings.levels must be backbone level indices >= 0, "
                              f"got {self.levels!r}")
-        if list(self.levels) != sorted(set(self.levels)):
+        if self.levels is not None and list(self.levels) != sorted(set(self.levels)):
             raise ValueError(f"DCFSettings.levels must be increasing, got {self.levels!r}")
-        if len(self.level_weights) != len(self.levels) or not all(
+        count = 2 if self.levels is None else len(self.levels)
+        if len(self.level_weights) != count or not all(
                 math.isfinite(w) and w >= 0 for w in self.level_weights) or not any(
                 w > 0 for w in self.level_weights):
             raise ValueError(f"DCFSettings.level_weights must be one finite weight >= 0 "
-                             f"per level ({len(self.levels)}), not all 0, got "
+                             f"per level ({count}), not all 0, got "
                              f"{self.level_weights!r}")
         for name in ("crop_size", "scale_num"):
             v = getattr(self, name)
@@ -136,6 +139,13 @@ class DCFSettings:
     def scale_factors(self) -> np.ndarray:
         half = self.scale_num // 2
         return self.scale_step ** np.linspace(-half, half, self.scale_num)
+
+    def for_backbone(self, backbone) -> "DCFSettings":
+        """These settings with `levels` fixed: the backbone's `dcf_levels` (a module or
+        its class) where None, as given otherwise."""
+        if self.levels is not None:
+            return self
+        return dataclasses.replace(self, levels=tuple(backbone.dcf_levels))
 
     def target_pixels(self) -> float:
         """sqrt(w h) of the target in crop pixels: crop_size / search_area."""
@@ -232,6 +242,7 @@ class DCFTracker(NamedTuple):
 def level_layout(backbone: nnx.Module, settings: DCFSettings) -> tuple[tuple[int, int], ...]:
     """((n_l, stride_l), ...): each level's grid side on a crop_size crop and its stride
     in crop pixels, from one abstract pass (no FLOPs)."""
+    settings = settings.for_backbone(backbone)
     crop = jax.ShapeDtypeStruct((1, settings.crop_size, settings.crop_size, 3), jnp.float32)
     graph, state = nnx.split(backbone)
     shapes = jax.eval_shape(
@@ -253,8 +264,8 @@ def make_dcf_tracker(backbone: nnx.Module, settings: DCFSettings = DCFSettings()
     `backbone` in eval mode, which needs `features(images, levels)` and
     `level_geometry(levels)` (e.g. `SiamFCAlexNet`); params = its state. init and
     update are jitted unless `jit=False`; update traces once per frame shape. Boxes are
-    xywh (1-indexed)."""
-    s = settings
+    xywh (1-indexed). Levels: `settings.for_backbone(backbone)`."""
+    s = settings.for_backbone(backbone)
     model = nnx.clone(backbone)
     model.eval()
     graph, params = nnx.split(model)

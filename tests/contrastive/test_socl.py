@@ -103,12 +103,16 @@ def np_socl(fi, fj, hi, hj, lam, theta_p, s):
                for q in "ij" for fr in "ij" for v in range(n)] if s.use_sns else []
     mix = []
     if s.use_sns and s.use_mix:
-        mix = [u(np_mixup(z[(q, v)], sns_all, lam[k]))
+        def candidates(v):  # the batch's 4N SNS, or the 4 of video v (mix_scope)
+            return sns_all if s.mix_scope == "batch" else [sns_all[k * n + v]
+                                                           for k in range(4)]
+        mix = [u(np_mixup(z[(q, v)], candidates(v), lam[k]))
                for k, (q, v) in enumerate((q, v) for q in "ij" for v in range(n))]
     lsts = {("i", v): u(np_lst(fi[v], hi[v], theta_p[v])) for v in range(n)}
     lsts.update({("j", v): u(np_lst(fj[v], hj[v], theta_p[n + v])) for v in range(n)})
     losses = []
-    for q, other in (("i", "j"), ("j", "i")):
+    queries = (("i", "j"), ("j", "i")) if s.symmetric else (("i", "j"),)  # eq. 10 as printed
+    for q, other in queries:
         for v in range(n):
             negs = [z[(fr, w)] for fr in "ij" for w in range(n) if w != v] + sns_all + mix
             assert len(negs) == 2 * (n - 1) + len(sns_all) + len(mix)
@@ -226,6 +230,9 @@ SWITCHES = [
     SoCLSettings(use_mix=False),
     SoCLSettings(use_sns=False),
     SoCLSettings(normalize=False, tau=20.0, include_positive=True, theta_b=0.6),
+    SoCLSettings(symmetric=False),
+    SoCLSettings(mix_scope="pair"),
+    SoCLSettings(symmetric=False, mix_scope="pair", include_positive=True, b_p=0.3),
 ]
 
 
@@ -319,7 +326,7 @@ def test_jit_matches_eager():
 @pytest.mark.parametrize("field, value", [
     ("tau", 0.0), ("tau", -1.0), ("theta_b", 0.0), ("theta_b", 1.5), ("b_p", 0.0),
     ("b_p", 1.2), ("mix_range", (0.3, 0.9)), ("mix_range", (0.9, 0.6)),
-    ("mix_range", (0.5, 1.1)),
+    ("mix_range", (0.5, 1.1)), ("mix_scope", "video"),
 ])
 def test_settings_errors_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"SoCLSettings.{field}"):

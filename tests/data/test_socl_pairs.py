@@ -9,20 +9,47 @@ from ebm_jax.data.socl_pairs import (context_batches, feature_grid, point_frames
 from ebm_jax.ops.crops import crop_square_np
 
 
-@pytest.mark.parametrize("size", [95, 127, 159, 255])
-def test_feature_grid_matches_the_backbone(size):
+@pytest.mark.parametrize("backbone", ["alexnet", "resnet18"])
+@pytest.mark.parametrize("size", [95, 127, 159, 160, 255])
+def test_feature_grid_matches_the_backbone(size, backbone):
     from flax import nnx
 
-    from ebm_jax.models.alexnet import SiamFCAlexNet
+    from ebm_jax.models.tracking_backbones import tracking_backbone
 
-    model = SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0))
+    model = tracking_backbone(backbone, width=0.125, rngs=nnx.Rngs(0))
     model.eval()
-    g, lo = feature_grid(size)
+    g, lo, stride = feature_grid(size, model.embedding_grid)
     assert model(np.zeros((1, size, size, 3), np.float32)).shape[1:3] == (g, g)
-    # the cells tile a window centred on the input centre
-    assert lo + 8 * g / 2 == pytest.approx((size - 1) / 2, abs=0.5)
+    assert stride == 8
+    if backbone == "alexnet":
+        # valid convolutions: the cells tile a window centred on the input centre
+        assert lo + 8 * g / 2 == pytest.approx((size - 1) / 2, abs=0.5)
+        assert (g, lo, stride) == feature_grid(size)  # AlexNet's grid is the default
+    else:
+        # padded: cell k is centred on pixel 8 k, so the window starts half a cell early
+        assert lo == -4 and g == -(-size // 8)
     with pytest.raises(ValueError, match="input_size"):
         feature_grid(80)
+
+
+def test_region_top_map_of_a_padded_backbone_draws_past_the_region():
+    """ResNet-18's cells reach past the region's edges: the map is drawn there too (a
+    box covering the whole window gives a uniform map), and a box at the region's top
+    left corner weighs on cell (0, 0), centred on pixel 0."""
+    from ebm_jax.models.siam_resnet import SiamResNet18
+
+    grid = SiamResNet18.embedding_grid
+    g, lo, _ = feature_grid(159, grid)
+    side, size = 159.0, 159
+    centre = ((size - 1) / 2, (size - 1) / 2)  # region pixels = frame pixels
+    whole = np.array([[lo - 10.0, lo - 10.0, 8 * g + 20.0, 8 * g + 20.0]])
+    h = region_top_map(whole, np.ones(1), centre, side, size, 1.0, grid)
+    assert h.shape == (g, g)
+    np.testing.assert_allclose(h, 1.0 / g**2, rtol=1e-6)
+    corner = np.array([[-3.0, -3.0, 8.0, 8.0]])  # 1-indexed: pixels -4..3, cell (0, 0)
+    h = region_top_map(corner, np.ones(1), centre, side, size, 0.01, grid)
+    assert np.unravel_index(np.argmax(h), h.shape) == (0, 0)
+    assert h[0, 0] > 0.99
 
 
 def test_region_boxes_follow_the_crop():
@@ -45,7 +72,7 @@ def test_region_top_map_is_a_distribution_peaked_on_the_boxes():
                       [np.nan] * 4])
     scores = np.array([1.0, 0.5, np.nan])
     h = region_top_map(boxes, scores, (59.5, 79.5), 120.0, 159, temperature=0.1)
-    g, _ = feature_grid(159)
+    g, _, _ = feature_grid(159)
     assert h.shape == (g, g) and h.sum() == pytest.approx(1.0, abs=1e-5)
     yy, xx = np.mgrid[:g, :g]
     centre = ((h * yy).sum(), (h * xx).sum())  # the boxes' common centre is the region's

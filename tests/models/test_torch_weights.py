@@ -20,6 +20,7 @@ from ebm_jax.models.torch_weights import (
     load_torchvision_resnet18,
     read_torch_state_dict,
 )
+from tests.models.torch_files import random_resnet18_state
 from tests.tolerances import EPS32, assert_within, float32_sum_atol
 
 DATA = Path(__file__).parent / "data"
@@ -66,37 +67,7 @@ CHANNELS = (8, 8, 16, 32)  # SiamResNet18(width=0.125)
 
 
 def _random_state(rng) -> OrderedDict:
-    """A torchvision-named ResNet-18 state dict at width 0.125, random values."""
-    state = OrderedDict()
-
-    def conv(name, c_out, c_in, k):
-        state[f"{name}.weight"] = rng.normal(0, (2 / (c_in * k * k)) ** 0.5,
-                                             (c_out, c_in, k, k)).astype(np.float32)
-
-    def bn(name, c):
-        state[f"{name}.weight"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
-        state[f"{name}.bias"] = rng.uniform(-0.2, 0.2, c).astype(np.float32)
-        state[f"{name}.running_mean"] = rng.uniform(-0.5, 0.5, c).astype(np.float32)
-        state[f"{name}.running_var"] = rng.uniform(0.5, 2.0, c).astype(np.float32)
-        state[f"{name}.num_batches_tracked"] = np.array(100, np.int64)
-
-    conv("conv1", CHANNELS[0], 3, 7)
-    bn("bn1", CHANNELS[0])
-    c_in = CHANNELS[0]
-    for layer, c in zip((1, 2, 3, 4), (*CHANNELS[1:], 64)):
-        for i in range(2):
-            p = f"layer{layer}.{i}"
-            conv(f"{p}.conv1", c, c_in if i == 0 else c, 3)
-            bn(f"{p}.bn1", c)
-            conv(f"{p}.conv2", c, c, 3)
-            bn(f"{p}.bn2", c)
-            if i == 0 and (layer > 1 or c_in != c):
-                conv(f"{p}.downsample.0", c, c_in, 1)
-                bn(f"{p}.downsample.1", c)
-        c_in = c
-    state["fc.weight"] = rng.normal(size=(10, 64)).astype(np.float32)
-    state["fc.bias"] = np.zeros(10, np.float32)
-    return state
+    return random_resnet18_state(rng, CHANNELS)
 
 
 def _conv(x, w, stride, pad, dil):
@@ -215,3 +186,17 @@ def test_a_state_dict_nested_under_state_dict_is_read(tmp_path):
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("nested/data.pkl", buf.getvalue())
     assert read_torch_state_dict(path) == {}
+
+
+def test_the_test_writer_round_trips_a_state_dict(tmp_path):
+    """tests/models/torch_files.write_torch_zip (which the recipe tests use for
+    --config.pretrained) writes what the reader reads back bit for bit."""
+    from tests.models.torch_files import write_torch_zip
+
+    state = _random_state(np.random.default_rng(3))
+    write_torch_zip(tmp_path / "r18.pth", state)
+    back = read_torch_state_dict(tmp_path / "r18.pth")
+    assert list(back) == list(state)
+    for k, v in state.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape
+        np.testing.assert_array_equal(back[k], v)

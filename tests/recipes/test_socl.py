@@ -213,7 +213,8 @@ def test_table5_tiny_pseudo_boxes_train_the_head(filter_runs):
 
 
 def test_dcf_levels_beyond_the_backbone_fail_before_training(tmp_path):
-    with pytest.raises(ConfigError, match="--config.dcf.levels"):
+    with pytest.raises(ConfigError, match=r"--config.dcf.levels must be alexnet levels in "
+                                          r"\[0, 4\].*conv5.*got \(0, 5\)"):
         run_experiment(tiny("table3", "--config.dcf.levels=0,5",
                             "--config.dcf.level_weights=1,1"),
                        workdir=tmp_path / "a", progress=False, log=_quiet)

@@ -12,6 +12,8 @@ class PixelPyramid(nnx.Module):
     blocks (strides 4 and 8), so that the tracker's geometry is tested apart from any
     learned features."""
 
+    dcf_levels = (0, 4)  # the filter's default levels (`DCFSettings.for_backbone`)
+
     def __init__(self):
         self.calls = nnx.Variable(jnp.zeros((), jnp.int32))  # a state to carry
 

@@ -213,3 +213,16 @@ def test_bad_settings_and_inputs_name_the_argument(pixel_tracker):
     state = tracker.init(params, frame, [80, 60, 30, 24])
     with pytest.raises(ValueError, match="frame must have shape"):
         tracker.update(params, state, frame[..., 0])
+
+
+def test_default_levels_are_the_backbones():
+    from ebm_jax.models.siam_resnet import SiamResNet18
+
+    s = DCFSettings()
+    assert s.levels is None
+    assert s.for_backbone(SiamFCAlexNet).levels == (0, 4)
+    assert s.for_backbone(SiamResNet18).levels == (0, 3)
+    given = DCFSettings(levels=(0, 2), level_weights=(1.0, 2.0))
+    assert given.for_backbone(SiamResNet18) is given
+    with pytest.raises(ValueError, match="level_weights.*per level \\(2\\)"):
+        DCFSettings(level_weights=(1.0,))

@@ -1,0 +1,57 @@
+"""The tracking backbones by name, for configs (`--config.backbone`):
+
+    model = tracking_backbone("resnet18", width=0.25, rngs=nnx.Rngs(0))
+    tracking_backbone_flops("resnet18", 0.25, 255)   # FLOPs of one 255 x 255 image
+
+    "alexnet"   SiamFC's AlexNet (`SiamFCAlexNet`): unpadded, total stride 8, the
+                backbone SiamFC and Box-Siam train from scratch (SiamFC, sec. 2.4)
+    "resnet18"  ResNet-18 to a dilated layer3 plus a 1x1 adjust layer (`SiamResNet18`):
+                the backbone SoCL-Siam and SoCL-CF fine-tune from ImageNet in the paper
+                (Wu & Chan, sec. 4.1); stride 8, padded
+
+Both take raw 0-255 RGB images and offer `features(x, levels)`, `level_geometry`,
+`level_channels`, `embedding_grid(size)` and the default levels of the box head
+(`box_head_levels`) and of the correlation filter (`dcf_levels`).
+"""
+
+from __future__ import annotations
+
+from flax import nnx
+
+from ebm_jax.models.alexnet import SiamFCAlexNet, alexnet_flops
+from ebm_jax.models.siam_resnet import SiamResNet18, resnet_flops
+
+BACKBONES = ("alexnet", "resnet18")
+
+
+def check_backbone(name: str) -> str:
+    if name not in BACKBONES:
+        raise ValueError(f"backbone must be one of {', '.join(BACKBONES)}, got {name!r}")
+    return name
+
+
+def backbone_class(name: str) -> type:
+    """The module class of backbone `name`."""
+    return {"alexnet": SiamFCAlexNet, "resnet18": SiamResNet18}[check_backbone(name)]
+
+
+def tracking_backbone(name: str, *, width: float, rngs: nnx.Rngs) -> nnx.Module:
+    """A freshly initialised backbone `name` of channel multiplier `width`."""
+    return backbone_class(name)(width=width, rngs=rngs)
+
+
+def backbone_title(name: str, pretrained: bool = False) -> str:
+    """The backbone's name for titles: "AlexNet", "ResNet-18", "ResNet-18 (ImageNet)"."""
+    title = {"alexnet": "AlexNet", "resnet18": "ResNet-18"}[check_backbone(name)]
+    return f"{title} (ImageNet)" if pretrained else title
+
+
+def tracking_backbone_flops(name: str, width: float, size: int) -> float:
+    """FLOPs (2 x multiply-adds) of the convolutions of backbone `name` on one
+    size x size image."""
+    flops = {"alexnet": alexnet_flops, "resnet18": resnet_flops}[check_backbone(name)]
+    return flops(width, size)
+
+
+__all__ = ["BACKBONES", "backbone_class", "backbone_title", "check_backbone", "tracking_backbone",
+           "tracking_backbone_flops"]
