@@ -21,6 +21,9 @@ table `EXPERIMENTS` (each experiment's arms, their pairs and the paper's figures
               (sec. 3.4 and 4.6, Table 5's scheme; `ebm_jax.recipes.sparse_boxes`)
     table4    annotation and training fees from the counts and the measured times
               (Table 4)
+    lst       +mix-up against +LST under each variant of the choices the paper leaves
+              open (TOP temperature, region, b_p, eq. 9's denominator, eq. 10's
+              queries, the mix-ups' pool), on the validation split only
 
 Every arm is trained once per seed in `seeds` and tracks the generated test split with
 the SiamFC tracker; tables give mean +- sd over seeds and paired differences (same
@@ -92,6 +95,9 @@ class Config(tracking.Config):
     sparse_every: int = 10  # table5: T, a box every T frames (the paper: 10)
     sparse_every_sweep: tuple[int, ...] = (5, 10, 20)  # table5: the pseudo boxes' T sweep
     failure_radius: float = 20.0  # table5: px from the point that make a failure
+    # lst: the variants of the LST study (`socl_arms.LST_VARIANTS`), trained on the
+    # training split less its last `validation_sequences` and tracked on those alone
+    lst_variants: tuple[str, ...] = tuple(arms_lib.LST_VARIANTS)
 
     def __post_init__(self):
         super().__post_init__()
@@ -105,6 +111,11 @@ class Config(tracking.Config):
                 for v in self.sparse_every_sweep):
             raise ConfigError(f"--config.sparse_every_sweep must be a non-empty tuple of "
                               f"integers >= 1 (T), got {self.sparse_every_sweep!r}")
+        c.each_in("lst_variants", tuple(arms_lib.LST_VARIANTS))
+        if self.experiment == "lst" and self.validation_sequences < 1:
+            raise ConfigError("--config.validation_sequences must be >= 1 for the lst "
+                              "experiment (it is measured on held-out training sequences, "
+                              "never on the test split)")
         c.int_range("videos", 2)
         c.int_range("input_size", 87, 1024)
         for f in ("top_temperature", "socl_lr", "tau", "context_side", "box_seconds",
@@ -160,7 +171,7 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
     from ebm_jax import checks
     from ebm_jax.models.tracking_backbones import tracking_backbone_flops
 
-    data = _with_points(cfg, ctx, tracking.check(cfg, ctx))
+    data, validation = _held_out(cfg, _with_points(cfg, ctx, tracking.check(cfg, ctx)))
     if any(a.tracker.name == "dcf" for a in arms_of(cfg)):
         _check_dcf(cfg)
     if cfg.experiment == "table5":
@@ -188,7 +199,8 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
             raise ValueError(f"--config.videos={cfg.videos} videos per batch, but only "
                              f"{sum(len(a) > 1 for a in annotated)} training sequences have "
                              f"two annotated frames ({kind} points)")
-    return Opened(data, _budget_plan(cfg, ctx, data) if budgeted(arms_of(cfg)) else None)
+    return Opened(data, validation,
+                  _budget_plan(cfg, ctx, data) if budgeted(arms_of(cfg)) else None)
 
 
 def _check_dcf(cfg: Config) -> None:
@@ -208,6 +220,17 @@ def _check_dcf(cfg: Config) -> None:
         level_layout(model, cfg.dcf)
     except ValueError as error:
         raise ConfigError(f"--config.dcf: {error}") from error
+
+
+def _held_out(cfg: Config, data):
+    """(data with the training split less its last `validation_sequences`, (those
+    sequences, their identity) or None): every arm trains on the first alone."""
+    if not cfg.validation_sequences:
+        return data, None
+    validation = tstages.validation_split(data, cfg)
+    train, train_id = tstages.training_split(data, cfg)
+    return dataclasses.replace(data, train=train,
+                               identity={**data.identity, "train": train_id}), validation
 
 
 def _with_points(cfg: Config, ctx, data):
@@ -249,10 +272,13 @@ def _budget_plan(cfg: Config, ctx, data) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Opened:
-    """What `check` opened, for `run`: the data and the budget plan ({(method, hours):
-    (sequence indices, annotated frames)}; None when no arm has a budget)."""
+    """What `check` opened, for `run`: the data (its training split less the validation
+    sequences), the validation split ((sequences, identity); None without one) and the
+    budget plan ({(method, hours): (sequence indices, annotated frames)}; None when no
+    arm has a budget)."""
 
     data: tstages.TrackingData
+    validation: tuple | None
     plan: dict | None
 
 
@@ -277,6 +303,9 @@ EXPERIMENTS = {
                                   "annotation cost (3.16 s per frame against 10.2)",
                          after=sparse_boxes.pseudo_box_sweep),
     "table6": Experiment(arms_lib.table6, "points shifted 20 px cost 0.2-0.8 AUC points"),
+    "lst": Experiment(arms_lib.lst_study, "+mix-up -> +LST: OTB-13 AUC 58.1 -> 60.9, VOT-16 EAO "
+                               "0.231 -> 0.244 (Table 1); no TOP temperature, no "
+                               "denominator or symmetrisation choice stated"),
     "table4": Experiment(arms_lib.table4, "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points "
                                   "$7.0k and 883 h; training SiamFC 8 h, SoCL 24 h on a "
                                   "V100 at $0.90/h"),
@@ -292,20 +321,24 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     from ebm_jax.report import socl as report
 
     opened = opened if opened is not None else Opened(
-        _with_points(cfg, ctx, tstages.open_data(cfg, ctx)), None)
-    data, plan = opened.data, opened.plan
+        *_held_out(cfg, _with_points(cfg, ctx, tstages.open_data(cfg, ctx))), None)
+    data, plan, validation = opened.data, opened.plan, opened.validation
     arms = arms_of(cfg)
     if plan is None and budgeted(arms):
         plan = _budget_plan(cfg, ctx, data)
     tops = {kind: stages.top_cache(ctx, data.train, data.identity["train"], kind,
                                    cfg.annotate_every) for kind in point_kinds(arms)}
     env = SoCLRun(cfg, ctx, data, plan, tops)
-    test = data.eval_sets["generated-test"]
-    eval_sets = {"generated-test": (data.identity["generated-test"], test)}
+    if cfg.experiment == "lst":  # chosen on validation: the test split is never tracked
+        split = "generated-validation"
+        eval_sets = {split: (validation[1], validation[0])}
+    else:
+        split = "generated-test"
+        eval_sets = {split: (data.identity[split], data.eval_sets[split])}
     res = run_arms(env, ctx, arms, cfg.seeds, eval_sets)
     experiment = EXPERIMENTS[cfg.experiment]
     extra = experiment.after(env, arms, res, eval_sets) if experiment.after else None
-    rows = res.rows["generated-test"]
+    rows = res.rows[split]
     # an arm on another arm's backbone trained nothing of its own
     training = {a.label: [{"seed": seed, **(res.trained[seed][a.label].figures.asdict()
                                             if res.trained[seed][a.label].figures
@@ -314,6 +347,7 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
                           for seed in cfg.seeds] for a in arms}
     budget = ({f"{m} {h:g} h": {"sequences": len(i), "frames": s}
                for (m, h), (i, s) in plan.items()} if plan is not None else None)
-    return report.socl_report(cfg, arms, rows, training, res.static["generated-test"],
+    return report.socl_report(cfg, arms, rows, training, res.static[split],
+                              split=split.removeprefix("generated-"),
                               pairs=pairs_of(arms), paper=EXPERIMENTS[cfg.experiment].paper,
                               tops=tops, train=data.train, budget=budget, extra=extra)

@@ -18,7 +18,8 @@ from ebm_jax.recipes import sparse_boxes
 from ebm_jax.recipes import tracking_stages as tstages
 from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
 
-__all__ = ["SoCLRun", "budgeted", "figure7", "figure8", "point_kinds", "table1", "table2",
+__all__ = ["LST_VARIANTS", "SoCLRun", "budgeted", "figure7", "figure8", "lst_study",
+           "point_kinds", "table1", "table2",
            "table3", "table4", "table5", "table6", "train_bce_siam", "train_box_siam",
            "train_random", "train_socl"]
 
@@ -102,15 +103,25 @@ def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
                        "top": dataclasses.asdict(stages.TOP_SETTINGS)})
 
 
+# the config fields an arm may set for its own SoCL training (the TOP maps' softmax
+# temperature and the context region's side); the rest of an arm's `socl` overrides
+# are SoCLSettings'
+REGION_FIELDS = ("top_temperature", "context_side")
+
+
 def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
                socl: tuple = (), budget_hours: float | None = None) -> Trained:
-    """SoCL-Siam (loss 10) on the `points` annotations, with the SoCLSettings
-    overrides `socl`, on a budget's sequences when given."""
+    """SoCL-Siam (loss 10) on the `points` annotations, with the overrides `socl` (of
+    SoCLSettings, and of the config's `REGION_FIELDS`), on a budget's sequences when
+    given."""
     idx, ident = _sequences(env, "socl", budget_hours)
     tops = env.tops[points]
     sub = _subset(env.data.train, idx)
     sub_tops = {j: tops[i] for j, i in enumerate(idx) if i in tops}
-    return stages.train_socl(env.cfg, env.ctx, sub, sub_tops, points, ident, socl, seed,
+    region = {k: v for k, v in socl if k in REGION_FIELDS}
+    cfg = dataclasses.replace(env.cfg, **region) if region else env.cfg
+    return stages.train_socl(cfg, env.ctx, sub, sub_tops, points, ident,
+                             tuple((k, v) for k, v in socl if k not in REGION_FIELDS), seed,
                              label=label)
 
 
@@ -198,6 +209,38 @@ def table3(cfg) -> list[Arm]:
 
 def table5(cfg) -> list[Arm]:
     return sparse_boxes.sparse_box_arms(cfg, _arm("SoCL-Siam", "socl", points=cfg.points))
+
+
+# The LST study's variants (`lst`): each changes one choice the paper leaves open or
+# does not state, from the paper's settings ("paper": TOP temperature 1, the config's
+# region, b_p 0.6, eq. 9 without the positive in its denominator, eq. 10 for z_i and
+# z_j, mix-ups of the batch's hardest SNS). b_p acts on the LSTs alone.
+LST_VARIANTS = {
+    "paper": (),
+    "TOP temperature 4": (("top_temperature", 4.0),),
+    "region 216 px": (("context_side", 216.0),),
+    "b_p 0.9": (("b_p", 0.9),),
+    "b_p 0.3": (("b_p", 0.3),),
+    "InfoNCE denominator": (("include_positive", True),),
+    "eq. 10 for z_i only": (("symmetric", False),),
+    "own-pair mix-ups": (("mix_scope", "pair"),),
+}
+LST_ONLY = ("b_p",)  # settings that change nothing without LSTs
+
+
+def lst_study(cfg) -> list[Arm]:
+    """For each of `cfg.lst_variants`: +mix-up and +LST (Table 1's last two rows) with
+    that variant, compared in pairs; a variant that changes only the LSTs shares the
+    paper's +mix-up arm (the same stage)."""
+    arms, p = [], cfg.points
+    for name in cfg.lst_variants:
+        over = LST_VARIANTS[name]
+        mix_over = tuple((k, v) for k, v in over if k not in LST_ONLY)
+        mix = f"+mix-up, {name}" if mix_over else "+mix-up, paper"
+        if mix not in [a.label for a in arms]:
+            arms.append(_arm(mix, "socl", socl=(("use_lst", False), *mix_over), points=p))
+        arms.append(_arm(f"+LST, {name}", "socl", socl=over, points=p, compared_with=(mix,)))
+    return arms
 
 
 def table4(cfg) -> list[Arm]:

@@ -133,10 +133,12 @@ def _fps_cell(label: str, rows: Sequence[dict]) -> str:
 
 def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
                 pairs: Sequence[tuple[str, str]], paper: str, tops: Mapping, train,
-                budget: Mapping | None, extra: Mapping | None = None) -> Report:
+                budget: Mapping | None, extra: Mapping | None = None,
+                split: str = "test") -> Report:
     """The table of `arms` (mean +- sd over seeds), the paired differences a - b of
     `pairs` (the experiment's table says which), the paper's figures (`paper`), TOP-map
-    recall and times, budgets and fees, and the plot of the experiment."""
+    recall and times, budgets and fees, and the plot of the experiment. `split`: the
+    generated split the rows were tracked on ("test", or "validation")."""
     labels = [a.label for a in arms]
     exp = cfg.experiment
     spread = f"mean +- sd over seeds {list(cfg.seeds)}" if len(cfg.seeds) > 1 else "one seed"
@@ -153,7 +155,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     net = backbone_title(cfg.backbone, cfg.pretrained is not None)
     md = [f"## SoCL {exp}: SiamFC {net} width {cfg.width}, {cfg.socl_steps} SoCL steps of "
           f"{cfg.videos} videos, {len(train)} generated training sequences\n",
-          f"Generated test split, {static_row['num_sequences']} sequences, "
+          f"Generated {split} split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]
     diffs = {f"{a} - {b}": paired_seeds_and_sequences(rows[a], rows[b]) for a, b in pairs}
@@ -162,7 +164,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
              for k, p in diffs.items()]
     md.append("Paired differences:\n\n" + "\n".join(lines) + "\n")
     md.append(f"The paper: {paper}.\n")
-    payload = {"experiment": f"socl-{exp}", "arms": [a.describe() for a in arms],
+    payload = {"experiment": f"socl-{exp}", "split": split,
+               "arms": [a.describe() for a in arms],
                "tables": {"arms": rows, "static": static_row}, "paired": diffs,
                "training": training, "budget": budget}
     figures = {}

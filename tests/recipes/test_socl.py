@@ -17,7 +17,8 @@ EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
 CONFIGS = {"table1": "socl_table1_ablation.py", "figure7": "socl_figure7_thresholds.py",
            "figure8": "socl_figure8_bce.py", "table2": "socl_table2_annotation_cost.py",
            "table6": "socl_table6_noisy_points.py", "table4": "socl_table4_fees.py",
-           "table3": "socl_table3_cf.py", "table5": "socl_table5_sparse_boxes.py"}
+           "table3": "socl_table3_cf.py", "table5": "socl_table5_sparse_boxes.py",
+           "lst": "socl_lst_validation.py"}
 
 
 def tiny(experiment="table1", *overrides: str):
@@ -96,6 +97,16 @@ def test_arms_of_every_experiment():
     assert cf["SoCL-CF"].compared_with == ("Init-CF", "Box-CF", "SoCL-Siam")
     assert labels["table5"] == ["SoCL-Siam", "SoCL-CF", "head, all boxes",
                                 "head, pseudo boxes T=2", "head, sparse boxes T=2"]
+    # the LST study: a variant of the LSTs alone shares the paper's +mix-up arm
+    assert labels["lst"] == ["+mix-up, paper", "+LST, paper", "+LST, b_p 0.9",
+                             "+mix-up, own-pair mix-ups", "+LST, own-pair mix-ups"]
+    lst = {a.label: a for a in recipe.arms_of(tiny("lst"))}
+    assert lst["+LST, b_p 0.9"].compared_with == ("+mix-up, paper",)
+    assert dict(dict(lst["+mix-up, own-pair mix-ups"].about)["socl"]) == {
+        "use_lst": False, "mix_scope": "pair"}
+    every = recipe.arms_of(tiny("lst", "--config.lst_variants=" + ",".join(
+        recipe.arms_lib.LST_VARIANTS)))
+    assert len(every) == 2 * len(recipe.arms_lib.LST_VARIANTS) - 2  # two b_p variants
     gst = recipe.arms_of(tiny())[0]
     assert dict(dict(gst.about)["socl"]) == {"use_sns": False, "use_mix": False,
                                              "use_lst": False}
@@ -116,6 +127,7 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
 
 @pytest.mark.parametrize("override, message", [
     ("--config.experiment=table9", "--config.experiment"),
+    ("--config.lst_variants=paper,loud", "--config.lst_variants"),
     ("--config.points=fuzzy", "--config.points"),
     ("--config.videos=1", "--config.videos"),
     ("--config.tau=0", "--config.tau"),
@@ -155,6 +167,31 @@ def test_other_experiments_run_tiny(experiment, tmp_path):
     if experiment == "table4":
         fees = report.payload["fees"]
         assert fees["box"]["fee"] > fees["point"]["fee"] > 0
+
+
+def test_the_lst_study_needs_a_validation_split():
+    with pytest.raises(ConfigError, match="--config.validation_sequences must be >= 1"):
+        tiny("lst", "--config.validation_sequences=0")
+
+
+@pytest.mark.slow
+def test_the_lst_study_tracks_the_validation_split_alone(tmp_path):
+    report = run_experiment(tiny("lst"), workdir=tmp_path / "runs", out=tmp_path / "out",
+                            progress=False, log=_quiet)
+    payload = report.payload
+    assert payload["split"] == "validation"
+    assert payload["tables"]["static"]["num_sequences"] == 1
+    assert "Generated validation split, 1 sequences" in (tmp_path / "out" /
+                                                         "results.md").read_text()
+    assert "+LST, own-pair mix-ups - +mix-up, own-pair mix-ups" in payload["paired"]
+    # the arms trained on the training split less the held-out sequence
+    (stage,) = [p for p in (tmp_path / "runs").glob("socl-s0-*")
+                if '"mix_scope": "pair"' in (p / "run.json").read_text()
+                and '"use_lst": true' in (p / "run.json").read_text()]
+    config = json.loads((stage / "run.json").read_text())["config"]
+    assert config["data"]["of"]["held_out_last"] == 1
+    # one training per arm (b_p 0.9 has no +mix-up arm of its own)
+    assert len(list((tmp_path / "runs").glob("socl-s0-*"))) == 5
 
 
 @pytest.fixture(scope="module")
