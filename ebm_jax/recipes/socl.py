@@ -69,7 +69,7 @@ class Config(tracking.Config):
     experiment: str = "table1"
     points: str = "clean"  # SoCL's point annotations: "clean" (box centres) or "noisy"
     annotate_every: int = 2  # annotated frames: every this-many-th frame
-    top_temperature: float = 1.0  # softmax temperature of the TOP map (the paper: 1)
+    top_temperature: float = 1.0  # softmax temperature of the TOP map (the paper names none)
     videos: int = 12  # N: videos per batch (2N frames; the paper: 96 videos, batch 192)
     socl_steps: int = 300
     socl_lr: float = 3e-4

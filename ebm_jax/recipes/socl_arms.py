@@ -212,7 +212,7 @@ def table5(cfg) -> list[Arm]:
 
 
 # The LST study's variants (`lst`): each changes one choice the paper leaves open or
-# does not state, from the paper's settings ("paper": TOP temperature 1, the config's
+# does not state, from the recipe's defaults ("paper": TOP temperature 1, the config's
 # region, b_p 0.6, eq. 9 without the positive in its denominator, eq. 10 for z_i and
 # z_j, mix-ups of the batch's hardest SNS). b_p acts on the LSTs alone.
 LST_VARIANTS = {
