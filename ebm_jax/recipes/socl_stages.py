@@ -172,6 +172,21 @@ def pseudo_box_sequences(sequences, tops: dict, kind: str, alpha: float):
     return out
 
 
+# SoCLSettings fields added after stages were first cached: a stage records them only
+# where they differ from their defaults, so that the stages of the settings before them
+# keep their identities
+_LATER_FIELDS = {"symmetric": True, "mix_scope": "batch"}
+
+
+def settings_identity(settings) -> dict:
+    """What a SoCL stage's identity records of its SoCLSettings."""
+    out = dataclasses.asdict(settings)
+    for k, default in _LATER_FIELDS.items():
+        if out[k] == default:
+            del out[k]
+    return out
+
+
 def socl_settings(cfg, overrides=()):
     """SoCLSettings of the config's tau, theta_b and b_p with an arm's `overrides`
     ((field, value) pairs)."""
@@ -200,7 +215,7 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
     name = f"socl-s{seed}"
     identity = {"data": data_identity, "points": kind, "every": cfg.annotate_every,
                 "top": dataclasses.asdict(TOP_SETTINGS),
-                "top_temperature": cfg.top_temperature, "socl": dataclasses.asdict(settings),
+                "top_temperature": cfg.top_temperature, "socl": settings_identity(settings),
                 "width": cfg.width, "steps": cfg.socl_steps, "videos": cfg.videos,
                 "lr": cfg.socl_lr, "lr_drop": cfg.socl_lr_drop, "input": cfg.input_size,
                 "context_side": cfg.context_side, "jitter": [cfg.shift_jitter,

@@ -276,3 +276,16 @@ def test_sequences_without_points_fail_or_take_box_centres():
     np.testing.assert_allclose(np.hypot(*shift.T), 20.0)
     kept = dc.replace(seq, points=boxes[:, :2], noisy_points=boxes[:, :2])
     assert points_from_boxes(kept, 20.0, seed=0) is kept
+
+
+def test_stages_record_the_later_loss_switches_only_when_set():
+    """Stages cached before eq. 10's and the mix-ups' switches existed keep their
+    identities: the switches at their defaults are not recorded."""
+    from ebm_jax.contrastive.socl import SoCLSettings
+    from ebm_jax.recipes.socl_stages import settings_identity
+
+    ident = settings_identity(SoCLSettings())
+    assert "symmetric" not in ident and "mix_scope" not in ident
+    assert ident["b_p"] == 0.6 and ident["include_positive"] is False
+    assert settings_identity(SoCLSettings(symmetric=False))["symmetric"] is False
+    assert settings_identity(SoCLSettings(mix_scope="pair"))["mix_scope"] == "pair"
