@@ -168,7 +168,7 @@ pixels = score_map(frame.shape[:2], kept, scores)
 centre_yx = (point[1] - 1, point[0] - 1)
 region = crop_square_np(frame, centre_yx, CONTEXT_SIDE, INPUT_SIZE)
 h_region = region_top_map(kept, scores, centre_yx, CONTEXT_SIDE, INPUT_SIZE)
-g, lo = feature_grid(INPUT_SIZE)
+g, lo, stride = feature_grid(INPUT_SIZE)
 print(f"{len(random_boxes)} random and {len(edge_boxes)} EdgeBoxes proposals; {len(kept)} "
       f"kept after NMS; TOP map on a {g}x{g} feature grid (sums to {h_region.sum():.3f})")
 
@@ -209,7 +209,7 @@ draw_point(ax, point)
 ax.set_title("pixel score map\n(sum of the scores of the covering boxes)")
 ax = axes[1, 2]
 ax.imshow(np.asarray(region, np.uint8))
-edge = lo + 8 * g - 0.5  # the cells tile input pixels lo .. lo + 8 g - 1
+edge = lo + stride * g - 0.5  # the cells tile input pixels lo .. lo + stride g - 1
 ax.imshow(h_region, cmap="magma", alpha=0.55, extent=(lo - 0.5, edge, edge, lo - 0.5),
           interpolation="nearest")
 ax.plot((INPUT_SIZE - 1) / 2, (INPUT_SIZE - 1) / 2, "*", color="red", markersize=12,
