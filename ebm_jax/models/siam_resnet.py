@@ -61,10 +61,14 @@ def resnet_channels(width: float) -> tuple[int, ...]:
 def resnet_output_size(size: int) -> int:
     """Side of layer3's (and the embedding's) grid for a size x size input: conv1,
     the max-pool and layer2 each halve it, rounding up (padded): 127 -> 16, 255 -> 32."""
-    s = int(size)
-    for _ in range(3):
-        s = (s - 1) // 2 + 1
-    return s
+    return _halved(int(size), 3)
+
+
+def _halved(size: int, times: int) -> int:
+    """The side after `times` padded stride-2 layers (each rounds up)."""
+    for _ in range(times):
+        size = (size - 1) // 2 + 1
+    return size
 
 
 def resnet_flops(width: float, size: int, out_channels: int | None = None) -> float:
@@ -76,9 +80,7 @@ def resnet_flops(width: float, size: int, out_channels: int | None = None) -> fl
     s = int(size)
     if s < 16:
         raise ValueError(f"size must be an integer >= 16, got {size!r}")
-    s1 = (s - 1) // 2 + 1
-    s2 = (s1 - 1) // 2 + 1
-    s3 = (s2 - 1) // 2 + 1
+    s1, s2, s3 = (_halved(s, k) for k in (1, 2, 3))  # conv1, the max-pool, layer2
     macs = (s1 * s1 * 49 * 3 * c1                                    # conv1
             + s2 * s2 * 9 * (c1 * c_l1 + 3 * c_l1 * c_l1)             # layer1
             + (c1 != c_l1) * s2 * s2 * c1 * c_l1

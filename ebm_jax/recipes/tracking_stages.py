@@ -129,16 +129,32 @@ def backbone_identity(cfg) -> dict:
     its name and the SHA-256 of the pretrained file's bytes (never its path)."""
     if cfg.backbone == "alexnet" and cfg.pretrained is None:
         return {}
-    from ebm_jax.io import file_digests
+    return {"backbone": cfg.backbone, "pretrained": None if cfg.pretrained is None
+            else _pretrained_file(*_file_stamp(cfg.pretrained))[0]}
 
-    return {"backbone": cfg.backbone,
-            "pretrained": None if cfg.pretrained is None else file_digests([cfg.pretrained])[0]}
+
+def _file_stamp(path) -> tuple[str, int, int]:
+    """(real path, size, modification time): a file read once per stamp."""
+    import os
+
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return real, st.st_size, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=2)
+def _pretrained_file(path: str, size: int, mtime_ns: int) -> tuple[str, dict]:
+    """(SHA-256, state dict) of the pretrained file at this stamp: read and hashed once
+    per run, not once per stage (every arm and seed builds its start from it). The
+    arrays are only read (`load_torchvision_resnet18` copies them)."""
+    from ebm_jax.io import file_digests
+    from ebm_jax.models.torch_weights import read_torch_state_dict
+
+    return file_digests([path])[0], read_torch_state_dict(path)
 
 
 def _pretrained_state(path: str) -> dict:
-    from ebm_jax.models.torch_weights import read_torch_state_dict
-
-    return read_torch_state_dict(path)
+    return _pretrained_file(*_file_stamp(path))[1]
 
 
 def check_pretrained(cfg) -> None:
