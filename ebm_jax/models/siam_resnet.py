@@ -26,7 +26,10 @@ Inputs are raw 0-255 RGB pixels, normalised inside with ImageNet's mean and std
 so output cell i of a level of stride s is centred on input pixel s * i (offset 0):
 `level_geometry`. `width` scales every channel count (round(width * c), at least 8) for
 CPU runs. Batch norm: torchvision's eps 1e-5 and momentum 0.1 (Flax momentum 0.9); it
-follows `model.train()` / `model.eval()`.
+follows `model.train()` / `model.eval()`. `num_splits > 1` normalises each of that many
+groups of the batch by itself while training (`SplitBatchNorm`, for MoCo's shuffled
+batch norm on one device); its variables are the same, so its weights load into a
+`num_splits=1` model.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from flax import nnx
 
 from ebm_jax.models.feature_request import check_feature_request
 
-from ebm_jax.models.resnet import BasicBlock, _conv
+from ebm_jax.models.resnet import BasicBlock, _conv, _norm_factory
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -98,10 +101,6 @@ def _check_level(level) -> int:
     return int(level)
 
 
-def _batch_norm(c, rngs):
-    return nnx.BatchNorm(c, momentum=0.9, epsilon=1e-5, rngs=rngs)
-
-
 class SiamResNet18(nnx.Module):
     """ResNet-18 to layer3 (dilated) plus a 1x1 adjust layer; see the module docstring."""
 
@@ -113,8 +112,11 @@ class SiamResNet18(nnx.Module):
     min_input_size = 16
 
     def __init__(self, *, width: float = 1.0, out_channels: int | None = None,
-                 rngs: nnx.Rngs):
+                 num_splits: int = 1, rngs: nnx.Rngs):
         self.width = float(width)
+        if isinstance(num_splits, bool) or int(num_splits) != num_splits or num_splits < 1:
+            raise ValueError(f"num_splits must be an integer >= 1, got {num_splits!r}")
+        _batch_norm = _norm_factory(int(num_splits))  # > 1: MoCo's shuffled-BN groups
         c1, c_l1, c_l2, c_l3 = self.channels = resnet_channels(width)
         out = c_l3 if out_channels is None else out_channels
         if isinstance(out, bool) or int(out) != out or out < 1:

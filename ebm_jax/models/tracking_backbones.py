@@ -16,6 +16,8 @@ Both take raw 0-255 RGB images and offer `features(x, levels)`, `level_geometry`
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from ebm_jax.models.alexnet import SiamFCAlexNet, alexnet_flops
@@ -40,10 +42,13 @@ def tracking_backbone(name: str, *, width: float, rngs: nnx.Rngs) -> nnx.Module:
     return backbone_class(name)(width=width, rngs=rngs)
 
 
-def backbone_title(name: str, pretrained: bool = False) -> str:
-    """The backbone's name for titles: "AlexNet", "ResNet-18", "ResNet-18 (ImageNet)"."""
+def backbone_title(name: str, pretrained: bool = False, init: str = "random") -> str:
+    """The backbone's name for titles: "AlexNet", "ResNet-18", "ResNet-18 (ImageNet)"
+    (from a pretrained file), "ResNet-18 (MoCo)" (`init="moco"`)."""
     title = {"alexnet": "AlexNet", "resnet18": "ResNet-18"}[check_backbone(name)]
-    return f"{title} (ImageNet)" if pretrained else title
+    if pretrained:
+        return f"{title} (ImageNet)"
+    return f"{title} (MoCo)" if init == "moco" else title
 
 
 def tracking_backbone_flops(name: str, width: float, size: int) -> float:
@@ -53,5 +58,30 @@ def tracking_backbone_flops(name: str, width: float, size: int) -> float:
     return flops(width, size)
 
 
-__all__ = ["BACKBONES", "backbone_class", "backbone_title", "check_backbone", "tracking_backbone",
+class PooledEncoder(nnx.Module):
+    """A tracking backbone as a MoCo encoder (He et al. 2020, sec. 3.3; v2's MLP head,
+    Chen et al. 2020): images in [0, 1] (N, H, W, 3) -> the backbone's embedding of the
+    0-255 pixels, averaged over its cells, -> fc, ReLU, fc to `dim` -> unit rows. The
+    backbone (`self.backbone`) is what a tracker then takes; the head is left behind.
+    `num_splits` is passed to a backbone that takes it (MoCo's shuffled batch norm)."""
+
+    def __init__(self, backbone: str, *, width: float, dim: int = 128, num_splits: int = 1,
+                 rngs: nnx.Rngs):
+        cls = backbone_class(backbone)
+        kwargs = {"num_splits": num_splits} if num_splits != 1 else {}
+        self.backbone = cls(width=width, rngs=rngs, **kwargs)
+        c = self.backbone.feature_dim
+        self.head = nnx.Sequential(nnx.Linear(c, c, rngs=rngs), jax.nn.relu,
+                                   nnx.Linear(c, int(dim), rngs=rngs))
+
+    def features(self, x: jax.Array) -> jax.Array:
+        """(N, C): the backbone's embedding of images in [0, 1], averaged over cells."""
+        return jnp.mean(self.backbone(jnp.asarray(x, jnp.float32) * 255.0), axis=(1, 2))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        z = self.head(self.features(x))
+        return z / jnp.maximum(jnp.linalg.norm(z, axis=-1, keepdims=True), 1e-12)
+
+
+__all__ = ["BACKBONES", "PooledEncoder", "backbone_class", "backbone_title", "check_backbone", "tracking_backbone",
            "tracking_backbone_flops"]

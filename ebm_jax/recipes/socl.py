@@ -227,10 +227,7 @@ def _held_out(cfg: Config, data):
     sequences, their identity) or None): every arm trains on the first alone."""
     if not cfg.validation_sequences:
         return data, None
-    validation = tstages.validation_split(data, cfg)
-    train, train_id = tstages.training_split(data, cfg)
-    return dataclasses.replace(data, train=train,
-                               identity={**data.identity, "train": train_id}), validation
+    return tstages.held_out(data, cfg), tstages.validation_split(data, cfg)
 
 
 def _with_points(cfg: Config, ctx, data):
@@ -350,4 +347,6 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     return report.socl_report(cfg, arms, rows, training, res.static[split],
                               split=split.removeprefix("generated-"),
                               pairs=pairs_of(arms), paper=EXPERIMENTS[cfg.experiment].paper,
-                              tops=tops, train=data.train, budget=budget, extra=extra)
+                              tops=tops, train=data.train, budget=budget, extra=extra,
+                              start=tracking.backbone_start(cfg, ctx, data)
+                              if cfg.init == "moco" else None)

@@ -73,11 +73,11 @@ def _sequences(env: SoCLRun, method: str, budget_hours: float | None):
 
 def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
     """No training: the initial weights every SoCL arm of the seed starts from (random,
-    or ImageNet's conv1-layer3 where `cfg.pretrained`)."""
+    ImageNet's conv1-layer3 where `cfg.pretrained`, or MoCo's with `init="moco"`)."""
     cfg, ctx = env.cfg, env.ctx
-    return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}"),
+    return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}", env.data),
                    {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed,
-                    **tstages.backbone_identity(cfg)})
+                    **tstages.backbone_identity(cfg, env.data)})
 
 
 def train_box_siam(env: SoCLRun, seed: int, earlier, *,
@@ -122,7 +122,7 @@ def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
     cfg = dataclasses.replace(env.cfg, **region) if region else env.cfg
     return stages.train_socl(cfg, env.ctx, sub, sub_tops, points, ident,
                              tuple((k, v) for k, v in socl if k not in REGION_FIELDS), seed,
-                             label=label)
+                             label=label, data=env.data)
 
 
 def _arm(label: str, method: str, *, socl: tuple = (), alpha: float | None = None,

@@ -197,9 +197,10 @@ def socl_settings(cfg, overrides=()):
 
 
 def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
-               overrides, seed: int, *, label: str = "SoCL-Siam") -> Trained:
+               overrides, seed: int, *, label: str = "SoCL-Siam", data=None) -> Trained:
     """The SoCL-Siam stage of one arm and training seed (resumes): the backbone's start
-    (`build_model`: random, or ImageNet's where `cfg.pretrained`),
+    (`build_model`: random, ImageNet's where `cfg.pretrained`, MoCo's on `data` with
+    `init="moco"`),
     Adam (lr x 0.1 after `socl_lr_drop` of the steps, as the paper's drop at epoch 500
     of 1000), loss (10) on `context_batches`. Every arm of a seed starts from the same
     weights and sees the same batch order (paired comparisons)."""
@@ -220,10 +221,10 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                 "lr": cfg.socl_lr, "lr_drop": cfg.socl_lr_drop, "input": cfg.input_size,
                 "context_side": cfg.context_side, "jitter": [cfg.shift_jitter,
                                                              cfg.scale_jitter],
-                "max_gap": cfg.max_gap, "seed": seed, **backbone_identity(cfg)}
+                "max_gap": cfg.max_gap, "seed": seed, **backbone_identity(cfg, data)}
     every = max(1, cfg.socl_steps // 20)
     stage = TrainStage(name, identity, cfg.socl_steps, log_every=every, save_every=every * 5)
-    model = build_model(cfg, ctx, name)
+    model = build_model(cfg, ctx, name, data)
     drop = max(1, int(round(cfg.socl_lr_drop * cfg.socl_steps)))
     schedule = optax.piecewise_constant_schedule(cfg.socl_lr, {drop: 0.1})
     opt = optax.adam(schedule)

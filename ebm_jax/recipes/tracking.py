@@ -37,6 +37,7 @@ from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.models.tracking_backbones import BACKBONES, backbone_title
 from ebm_jax.recipes import tracking_stages as stages
+from ebm_jax.recipes.backbone_pretraining import MoCoPretraining
 from ebm_jax.recipes.box_head_experiment import (box_head_arms, choose_box_head_arms,
                                                  coarse_evaluation)
 from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
@@ -48,7 +49,9 @@ from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
 from ebm_jax.tracking.box_head import TRACKING_METHODS, BoxHeadSettings
 from ebm_jax.train.stages import RunContext
 
-__all__ = ["BoxHeadSettings", "Config", "check", "preset", "run"]
+__all__ = ["BoxHeadSettings", "Config", "MoCoPretraining", "check", "preset", "run"]
+
+INITS = ("random", "moco")  # the backbone's start besides an ImageNet file (`pretrained`)
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -74,6 +77,11 @@ class Config:
     # the resnet18 arms start from (width 1.0); None: random initialisation
     backbone: str = "alexnet"
     pretrained: str | None = None
+    # "random", or "moco": the backbone pretrained offline by MoCo on the training
+    # split's unlabelled frames and photo pool (`ebm_jax.recipes.backbone_pretraining`,
+    # with the settings `moco`), the start of every arm in place of random weights
+    init: str = "random"
+    moco: MoCoPretraining = MoCoPretraining()
     steps: int = 600
     batch_size: int = 8
     lr_start: float = 1e-2
@@ -121,6 +129,17 @@ class Config:
             raise ConfigError(f"--config.pretrained (a torchvision ResNet-18 state dict) "
                               f"needs --config.backbone=resnet18, got "
                               f"--config.backbone={self.backbone}")
+        c.one_of("init", INITS)
+        if self.init == "moco" and self.pretrained is not None:
+            raise ConfigError("--config.init=moco and --config.pretrained are two starts "
+                              "for one backbone: give one")
+        if self.init == "moco" and self.backbone != "resnet18":
+            raise ConfigError(f"--config.init=moco pretrains ResNet-18: it needs "
+                              f"--config.backbone=resnet18, got --config.backbone="
+                              f"{self.backbone}")
+        if not isinstance(self.moco, MoCoPretraining):
+            raise ConfigError(f"--config.moco must be a MoCoPretraining, got "
+                              f"{type(self.moco).__name__}")
         c.positive("lr_start")
         c.positive("lr_end")
         c.float_range("momentum", 0.0, 1.0, open_high=True)
@@ -218,6 +237,9 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
                          f"--devices {ctx.num_devices}")
     stages.generated_specs(cfg, ctx)  # the generator's own checks of the sizes
     stages.check_pretrained(cfg)
+    if cfg.init == "moco" and cfg.moco.batch_size % ctx.num_devices:
+        raise ConfigError(f"--config.moco.batch_size {cfg.moco.batch_size} must be "
+                          f"divisible by --devices {ctx.num_devices}")
     from ebm_jax.models.tracking_backbones import tracking_backbone_flops
 
     region = int(round(1.25 * 255))
@@ -242,7 +264,7 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
 def random_start(env: TrackingRun, seed: int, used) -> Trained:
     """SiamFC with the random initial backbone of the same seed's Box-Siam."""
     box = used["box-siam"]
-    return Trained(stages.build_model(env.cfg, env.ctx, box.stage),
+    return Trained(stages.build_model(env.cfg, env.ctx, box.stage, env.data),
                    {"start_of": box.identity["trained"]})
 
 
@@ -300,7 +322,7 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     test = data.eval_sets["generated-test"]
     strips = test[:cfg.strip_sequences]
     figures = {}
-    net = backbone_title(cfg.backbone, cfg.pretrained is not None)
+    net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
     title = (f"Box-Siam (SiamFC, {net} width {cfg.width}) trained {cfg.steps} steps on "
              f"{len(data.train)} generated sequences; seeds {list(cfg.seeds)}")
     if validation is not None:
@@ -338,4 +360,16 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     if validation is not None:
         payload["arms"] = [a.describe() for a in arms]
         payload["validation"] = validation
+    if cfg.init == "moco":
+        payload["start"] = start = backbone_start(cfg, ctx, data)
+        markdown += report.start_markdown(start["probe"], start["settings"])
     return Report(payload, markdown, figures)
+
+
+def backbone_start(cfg, ctx, data) -> dict:
+    """The MoCo start's settings and probe, for the results (`init="moco"`)."""
+    import dataclasses as dc
+
+    from ebm_jax.recipes.backbone_pretraining import probe
+
+    return {"settings": dc.asdict(cfg.moco), "probe": probe(cfg, ctx, data)}

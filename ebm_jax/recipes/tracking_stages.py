@@ -115,22 +115,36 @@ class Trained(NamedTuple):
 SIAMFC = SiamFCSettings()
 
 
-def training_identity(cfg, data_identity, seed: int) -> dict:
+def training_identity(cfg, data_identity, seed: int, data=None) -> dict:
     return {"data": data_identity, "width": cfg.width, "steps": cfg.steps,
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
             "max_gap": cfg.max_gap, "settings": dataclasses.asdict(SIAMFC),
-            "seed": seed, **backbone_identity(cfg)}
+            "seed": seed, **backbone_identity(cfg, data)}
 
 
-def backbone_identity(cfg) -> dict:
+def backbone_identity(cfg, data=None) -> dict:
     """The backbone's part of a training stage's identity: nothing for SiamFC's AlexNet
     from random weights (the identity stages had before the backbone was a choice), else
-    its name and the SHA-256 of the pretrained file's bytes (never its path)."""
-    if cfg.backbone == "alexnet" and cfg.pretrained is None:
+    its name and its start: the SHA-256 of the pretrained file's bytes (never its path),
+    or with `init="moco"` the MoCo stage's identity (which needs `data`, the run's
+    `TrackingData`)."""
+    if cfg.backbone == "alexnet" and cfg.pretrained is None and cfg.init == "random":
         return {}
-    return {"backbone": cfg.backbone, "pretrained": None if cfg.pretrained is None
-            else _pretrained_file(*_file_stamp(cfg.pretrained))[0]}
+    out = {"backbone": cfg.backbone, "pretrained": None if cfg.pretrained is None
+           else _pretrained_file(*_file_stamp(cfg.pretrained))[0]}
+    if cfg.init == "moco":
+        from ebm_jax.recipes.backbone_pretraining import moco_stage
+
+        out["moco"] = moco_stage(cfg, _needs_data(data)).full_identity
+    return out
+
+
+def _needs_data(data):
+    if data is None:
+        raise ValueError("init='moco': the backbone's start needs the run's data (the "
+                         "frames it is pretrained on)")
+    return data
 
 
 def _file_stamp(path) -> tuple[str, int, int]:
@@ -185,11 +199,12 @@ def dcf_settings(cfg):
     return cfg.dcf.for_backbone(backbone_class(cfg.backbone))
 
 
-def build_model(cfg, ctx, stage_name: str):
+def build_model(cfg, ctx, stage_name: str, data=None):
     """The backbone `cfg.backbone` of `cfg.width` with the initial weights of stage
     `stage_name` (the random backbone baseline of that stage), conv1 to layer3 then
     replaced by the ImageNet weights of `cfg.pretrained` where given (the adjust layer
-    keeps its random start)."""
+    keeps its random start), or every weight by the MoCo-pretrained backbone's with
+    `init="moco"` (trained first if it is not; `data`: the run's `TrackingData`)."""
     from flax import nnx
 
     from ebm_jax.models.tracking_backbones import tracking_backbone
@@ -200,6 +215,10 @@ def build_model(cfg, ctx, stage_name: str):
         from ebm_jax.models.torch_weights import load_torchvision_resnet18
 
         load_torchvision_resnet18(model, _pretrained_state(cfg.pretrained))
+    if cfg.init == "moco":
+        from ebm_jax.recipes.backbone_pretraining import pretrained_backbone
+
+        nnx.update(model, nnx.state(pretrained_backbone(cfg, ctx, _needs_data(data))))
     return model
 
 
@@ -221,10 +240,10 @@ def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
     if sequences is None:
         sequences, data_identity = data.train, data.identity["train"]
     name = name or f"box-siam-s{seed}"
-    identity = training_identity(cfg, data_identity, seed)
+    identity = training_identity(cfg, data_identity, seed, data)
     every = max(1, cfg.steps // 20)
     stage = TrainStage(name, identity, cfg.steps, log_every=every, save_every=every * 5)
-    model = build_model(cfg, ctx, name)
+    model = build_model(cfg, ctx, name, data)
     # the port decays the rate exponentially per epoch from lr_start to lr_end; here per
     # step, along the same curve
     schedule = optax.exponential_decay(cfg.lr_start, transition_steps=cfg.steps,
@@ -258,11 +277,29 @@ class TrackingRun:
 
 def training_split(data: TrackingData, cfg) -> tuple[list, dict]:
     """The sequences the arms train on, and their identity: the training split less
-    its last `validation_sequences` (the validation split; all of it when 0)."""
+    its last `validation_sequences` (the validation split; all of it when 0). Data whose
+    training split is already that (`held_out`) is returned as it is."""
     v = cfg.validation_sequences
-    if not v:
+    if not v or data.identity["train"] == held_out_identity(data.identity["train"], v,
+                                                             already=True):
         return data.train, data.identity["train"]
-    return data.train[:-v], {"sequences": data.identity["train"], "held_out_last": v}
+    return data.train[:-v], held_out_identity(data.identity["train"], v)
+
+
+def held_out_identity(train_identity, v: int, *, already: bool = False) -> dict | None:
+    """The identity of a training split less its last `v` sequences; with `already`,
+    `train_identity` itself when it is one (else None)."""
+    if already:
+        ok = isinstance(train_identity, dict) and train_identity.get("held_out_last") == v
+        return train_identity if ok else None
+    return {"sequences": train_identity, "held_out_last": v}
+
+
+def held_out(data: TrackingData, cfg) -> TrackingData:
+    """`data` whose training split is the arms' (`training_split`)."""
+    train, identity = training_split(data, cfg)
+    return dataclasses.replace(data, train=train, identity={**data.identity,
+                                                            "train": identity})
 
 
 def validation_split(data: TrackingData, cfg) -> tuple[list, dict]:

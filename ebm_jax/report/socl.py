@@ -20,6 +20,7 @@ from ebm_jax.models.tracking_backbones import backbone_title
 from ebm_jax.report import Report
 from ebm_jax.report.statistics import paired_seeds_and_sequences
 from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
+from ebm_jax.report.tracking import start_markdown
 
 GOT10K_FRAMES = 1.4e6  # boxes in GOT-10k's train split (the paper's Table 4)
 METRICS = (("auc", "AUC"), ("precision", "prec. @20px"), ("ao", "AO"), ("sr50", "SR0.5"),
@@ -134,7 +135,7 @@ def _fps_cell(label: str, rows: Sequence[dict]) -> str:
 def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
                 pairs: Sequence[tuple[str, str]], paper: str, tops: Mapping, train,
                 budget: Mapping | None, extra: Mapping | None = None,
-                split: str = "test") -> Report:
+                split: str = "test", start: Mapping | None = None) -> Report:
     """The table of `arms` (mean +- sd over seeds), the paired differences a - b of
     `pairs` (the experiment's table says which), the paper's figures (`paper`), TOP-map
     recall and times, budgets and fees, and the plot of the experiment. `split`: the
@@ -152,7 +153,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
                        fmt(np.mean(secs), ".0f") if secs else "-"])
     body.append(["never moves (first box)"] + [fmt(static_row[k], ".1f", 100)
                                                for k, _ in METRICS] + ["-", "-"])
-    net = backbone_title(cfg.backbone, cfg.pretrained is not None)
+    net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
     md = [f"## SoCL {exp}: SiamFC {net} width {cfg.width}, {cfg.socl_steps} SoCL steps of "
           f"{cfg.videos} videos, {len(train)} generated training sequences\n",
           f"Generated {split} split, {static_row['num_sequences']} sequences, "
@@ -164,10 +165,14 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
              for k, p in diffs.items()]
     md.append("Paired differences:\n\n" + "\n".join(lines) + "\n")
     md.append(f"The paper: {paper}.\n")
+    if start is not None:  # the MoCo-pretrained backbone every arm starts from
+        md.append(start_markdown(start["probe"], start["settings"]) + "\n")
     payload = {"experiment": f"socl-{exp}", "split": split,
                "arms": [a.describe() for a in arms],
                "tables": {"arms": rows, "static": static_row}, "paired": diffs,
                "training": training, "budget": budget}
+    if start is not None:
+        payload["start"] = start
     figures = {}
     if budget:
         md.append(markdown_table(["arm", "sequences", "annotated frames"],

@@ -32,6 +32,20 @@ METRICS = (("auc", "AUC", 100), ("precision", "prec. @20px", 100),
            ("sr50", "SR0.5", 100), ("sr75", "SR0.75", 100), ("fps", "FPS", 1))
 
 
+def start_markdown(probe: Mapping, settings: Mapping) -> str:
+    """The MoCo-pretrained start's section (`ebm_jax.recipes.backbone_pretraining`): its
+    settings and its probe on digits-on-photos beside the random initialisation."""
+    n_train, n_test = probe["images"]
+    rows = [[name, fmt(probe[key]["knn"], ".1f"), fmt(probe[key]["linear"], ".1f")]
+            for name, key in (("random initialisation", "random"), ("MoCo", "moco"))]
+    return (f"\nBackbone start: MoCo on {settings['crops']} unlabelled crops of the training "
+            f"frames and photos ({settings['steps']} steps of {settings['batch_size']}, "
+            f"{settings['input_size']} px views, queue {settings['queue_size']}). Its "
+            f"probe on digits-on-photos ({n_train} training / {n_test} test images, cell "
+            f"mean of the embedding; accuracy %):\n\n"
+            + markdown_table(["backbone", "kNN (k = 20)", "linear"], rows, align="lrr"))
+
+
 def _cell(m: Mapping, scale: float) -> str:
     if m.get("mean") is None:
         return "-"

@@ -1,0 +1,130 @@
+"""The MoCo-pretrained start of the tracking backbones (`--config.init=moco`,
+`ebm_jax.recipes.backbone_pretraining`): bad settings refused by name, the start is the
+MoCo stage's query backbone (trained once, then read), the stages' identities record
+the MoCo stage, its frames exclude a validation split, and the probe and a tiny run
+report it."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ebm_jax.config import ConfigError, load_config
+from ebm_jax.recipes import run_experiment
+
+EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
+MOCO = ("--config.backbone=resnet18", "--config.init=moco", "--config.moco.steps=2",
+        "--config.moco.batch_size=8", "--config.moco.crops=16",
+        "--config.moco.crop_size=32", "--config.moco.input_size=32",
+        "--config.moco.queue_size=16", "--config.moco.num_splits=2",
+        "--config.moco.probe_size=32", "--config.moco.probe_epochs=2")
+
+
+def tiny(*overrides: str, config="siamfc_box.py"):
+    return load_config(f"{EXPERIMENTS / config}:tiny", overrides)
+
+
+def _quiet(_):
+    pass
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("--config.init=moco",), r"--config.init=moco.*--config.backbone=resnet18"),
+    (("--config.init=imagenet",), r"--config.init must be one of"),
+    (("--config.backbone=resnet18", "--config.init=moco", "--config.pretrained=/x.pth"),
+     r"--config.init=moco and --config.pretrained"),
+    (("--config.moco.num_splits=3",), r"--config.moco.num_splits must be a divisor"),
+    (("--config.moco.queue_size=100",), r"--config.moco.queue_size must be a multiple"),
+    (("--config.moco.input_size=128",), r"--config.moco.input_size must be <= "),
+    (("--config.moco.augment=none",), r"--config.moco.augment must be one of"),
+    (("--config.moco.temperature=0",), r"--config.moco.temperature must be a number"),
+])
+def test_bad_start_settings_name_the_field(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny(*overrides)
+
+
+@pytest.fixture(scope="module")
+def moco_run(tmp_path_factory):
+    from ebm_jax.recipes import tracking_stages as ts
+    from ebm_jax.train.stages import RunContext
+
+    root = tmp_path_factory.mktemp("moco")
+    cfg = tiny(*MOCO)
+    ctx = RunContext(root / "runs", seed=cfg.seed, progress=False, log=_quiet)
+    return cfg, ctx, ts.open_data(cfg, ctx)
+
+
+def test_the_start_is_the_moco_query_backbone_trained_once(moco_run):
+    from flax import nnx
+
+    from ebm_jax.recipes import tracking_stages as ts
+    from ebm_jax.recipes.backbone_pretraining import moco_stage, pretrained_backbone
+
+    cfg, ctx, data = moco_run
+    a = ts.build_model(cfg, ctx, "box-siam-s0", data)
+    (stage_dir,) = ctx.workdir.glob("moco-s0-*")
+    steps = sorted(p.name for p in (stage_dir / "checkpoints").iterdir())
+    b = ts.build_model(cfg, ctx, "box-siam-s1", data)  # another seed: the same start
+    assert sorted(p.name for p in (stage_dir / "checkpoints").iterdir()) == steps
+    import jax
+
+    for x, y in zip(jax.tree.leaves(nnx.state(a)), jax.tree.leaves(nnx.state(b))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # every weight and statistic is MoCo's (the head is left behind), none the random start
+    moco = pretrained_backbone(cfg, ctx, data)
+    np.testing.assert_array_equal(np.asarray(a.adjust.kernel[...]),
+                                  np.asarray(moco.adjust.kernel[...]))
+    np.testing.assert_array_equal(np.asarray(a.layer2[0].bn1.mean[...]),
+                                  np.asarray(moco.layer2[0].bn1.mean[...]))
+    assert float(np.abs(np.asarray(moco.layer2[0].bn1.mean[...])).sum()) > 0
+    random = ts.build_model(tiny("--config.backbone=resnet18"), ctx, "box-siam-s0")
+    assert not np.array_equal(np.asarray(a.conv1.kernel[...]),
+                              np.asarray(random.conv1.kernel[...]))
+    # the identity names the MoCo stage; without data it cannot be known
+    identity = ts.backbone_identity(cfg, data)
+    assert identity["moco"] == moco_stage(cfg, data).full_identity
+    assert identity["moco"]["moco"]["steps"] == 2
+    with pytest.raises(ValueError, match="init='moco'.*needs the run's data"):
+        ts.backbone_identity(cfg)
+
+
+def test_a_validation_split_is_left_out_of_the_pretraining_frames(moco_run):
+    import dataclasses
+
+    from ebm_jax.recipes import tracking_stages as ts
+    from ebm_jax.recipes.backbone_pretraining import moco_stage
+
+    cfg, _, data = moco_run
+    held = dataclasses.replace(cfg, validation_sequences=1)
+    full, less = moco_stage(cfg, data), moco_stage(held, data)
+    assert less.identity["frames"] != full.identity["frames"]
+    assert less.identity["frames"]["held_out_last"] == 1
+    # data already held out (SoCL's) is not held out twice
+    assert moco_stage(held, ts.held_out(data, held)).identity == less.identity
+    assert len(ts.training_split(ts.held_out(data, held), held)[0]) == len(data.train) - 1
+
+
+def test_the_probe_scores_moco_beside_random_and_is_cached(moco_run):
+    from ebm_jax.recipes.backbone_pretraining import probe
+
+    cfg, ctx, data = moco_run
+    result = probe(cfg, ctx, data)
+    assert result["images"] == [2694, 1800]
+    for arm in ("random", "moco"):
+        assert 0.0 <= result[arm]["knn"] <= 100.0 and 0.0 <= result[arm]["linear"] <= 100.0
+    (cached,) = ctx.workdir.glob("moco-probe-*/result.json")
+    assert json.loads(cached.read_text())["result"]["moco"] == result["moco"]
+
+
+@pytest.mark.slow
+def test_box_siam_from_the_moco_start_trains_tracks_and_reports_it(tmp_path):
+    report = run_experiment(tiny(*MOCO), workdir=tmp_path / "runs", out=tmp_path / "out",
+                            progress=False, log=_quiet)
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "ResNet-18 (MoCo) width 0.125" in text and "Backbone start: MoCo" in text
+    assert set(report.payload["start"]["probe"]) == {"images", "random", "moco"}
+    (stage,) = (tmp_path / "runs").glob("box-siam-s0-*")
+    config = json.loads((stage / "run.json").read_text())["config"]
+    assert config["moco"]["stage"] == "moco-s0"
