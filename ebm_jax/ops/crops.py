@@ -15,7 +15,8 @@ and the outside blends the two, as OpenCV's BORDER_CONSTANT does.
 
 The port rounds the side and the corners to whole pixels before resizing (a shift of
 up to half a pixel); here the crop is continuous, so that a training crop can be
-jitted and the centre maps exactly.
+jitted and the centre maps exactly. `crop_square_rounded` is the port's geometry
+instead, for the tracker's `crop="rounded"` option.
 """
 
 from __future__ import annotations
@@ -142,6 +143,56 @@ def crop_square(image, center_yx, side, out_size: int, pad=None) -> jax.Array:
             weight = (wy[:, None] * wx[None, :])[..., None]
             out = out + weight * jnp.where(inside, tap, pad)
     return out
+
+
+def crop_square_rounded(image, center_yx, side, out_size: int, pad=None) -> jax.Array:
+    """The port's crop (siamfc-pytorch `ops.crop_and_resize`), jittable: the side rounded
+    to s whole pixels, the first row and column to r = round(c - (s - 1) / 2) (both
+    half to even, as NumPy and Python round), the s x s patch of frame pixels
+    r .. r + s - 1 (outside the frame: `pad`, as its `copyMakeBorder`) resized to
+    out_size x out_size with OpenCV's INTER_LINEAR convention: output pixel i samples
+    patch coordinate (i + 0.5) s / out - 0.5, clamped to the patch (its edge pixels
+    repeat). The same arguments and output as `crop_square`. On float frames it
+    matches the port's crop to float32 rounding; on uint8 frames OpenCV resizes in
+    11-bit fixed point, so the port's crop differs from this one by up to one grey
+    level there."""
+    image = jnp.asarray(image)
+    _check_image(image)
+    out_size = _check_out_size(out_size)
+    center_yx = jnp.asarray(center_yx, jnp.float32)
+    if center_yx.shape != (2,):
+        raise ValueError(f"center_yx must have shape (2,), got {center_yx.shape}")
+    side = jnp.round(jnp.asarray(side, jnp.float32))
+    if side.shape != ():
+        raise ValueError(f"side must be a scalar, got shape {side.shape}")
+    img = image.astype(jnp.float32)
+    pad = (jnp.mean(img, axis=(0, 1)) if pad is None
+           else jnp.broadcast_to(jnp.asarray(pad, jnp.float32), (3,)))
+    height, width = image.shape[:2]
+    first = jnp.round(center_yx - (side - 1) / 2)
+
+    def taps(start, size):
+        pos = (jnp.arange(out_size, dtype=jnp.float32) + 0.5) * (side / out_size) - 0.5
+        lo = jnp.floor(pos)
+        frac = pos - lo
+        at_edge = (lo < 0) | (lo >= side - 1)  # OpenCV: the edge pixel, weight 0 beyond
+        lo = jnp.clip(lo, 0, side - 1)
+        frac = jnp.where(at_edge, 0.0, frac)
+        i0 = (start + lo).astype(jnp.int32)
+        i1 = (start + jnp.minimum(lo + 1, side - 1)).astype(jnp.int32)
+        return ((jnp.clip(i0, 0, size - 1), 1.0 - frac, (i0 >= 0) & (i0 < size)),
+                (jnp.clip(i1, 0, size - 1), frac, (i1 >= 0) & (i1 < size)))
+
+    out = jnp.zeros((out_size, out_size, 3), jnp.float32)
+    for yi, wy, vy in taps(first[0], height):
+        for xi, wx, vx in taps(first[1], width):
+            tap = img[yi[:, None], xi[None, :]]
+            inside = (vy[:, None] & vx[None, :])[..., None]
+            out = out + (wy[:, None] * wx[None, :])[..., None] * jnp.where(inside, tap, pad)
+    return out
+
+
+CROPS = {"continuous": crop_square, "rounded": crop_square_rounded}
 
 
 def crop_square_np(image, center_yx, side, out_size: int, pad=None) -> np.ndarray:

@@ -142,7 +142,7 @@ def coarse_evaluation(env: stages.TrackingRun, arms, res, eval_sets) -> None:
                 model = (t.identity["trained"] if cfg.box_head_joint
                          else t.identity["trained"]["backbone"])
                 ident = {"model": model, "set": set_id, "refine": False,
-                         "tracking": dataclasses.asdict(stages.SIAMFC)}
+                         "tracking": stages.SIAMFC.identity()}
                 recs = stages.evaluate(ctx, f"coarse-s{seed}", ident, set_name, sequences,
                                        box_head_runner(t.model, arm.tracker.settings,
                                                        refine=False),

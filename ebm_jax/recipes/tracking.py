@@ -82,6 +82,9 @@ class Config:
     # with the settings `moco`), the start of every arm in place of random weights
     init: str = "random"
     moco: MoCoPretraining = MoCoPretraining()
+    # SiamFC's tracking crops: "continuous" (sub-pixel corners) or "rounded" (the
+    # PyTorch port's whole-pixel corners, `ebm_jax.ops.crops.crop_square_rounded`)
+    tracker_crop: str = "continuous"
     steps: int = 600
     batch_size: int = 8
     lr_start: float = 1e-2
@@ -130,6 +133,7 @@ class Config:
                               f"needs --config.backbone=resnet18, got "
                               f"--config.backbone={self.backbone}")
         c.one_of("init", INITS)
+        c.one_of("tracker_crop", ("continuous", "rounded"))
         if self.init == "moco" and self.pretrained is not None:
             raise ConfigError("--config.init=moco and --config.pretrained are two starts "
                               "for one backbone: give one")

@@ -40,7 +40,8 @@ class Tracker:
     build: Callable[[Any, Any], Callable]
 
     def identity(self) -> dict:
-        return dataclasses.asdict(self.settings)
+        own = getattr(self.settings, "identity", None)  # settings that omit defaults
+        return own() if callable(own) else dataclasses.asdict(self.settings)
 
 
 def siamfc_tracker() -> Tracker:
@@ -148,7 +149,12 @@ def run_arms(env, ctx, arms: Sequence[Arm], seeds: Sequence[int],
     """Trains every arm for every seed (each after the arms it uses), tracks each of
     `eval_sets` ({name: (identity, sequences)}) with each arm's tracker, and with the
     tracker that never moves once per set; every stage resumes. Rows are in the table's
-    order."""
+    order. SiamFC's trackers take the config's `tracker_crop`."""
+    crop = getattr(env.cfg, "tracker_crop", "continuous")
+    if crop != "continuous":
+        arms = [dataclasses.replace(a, tracker=dataclasses.replace(
+            a.tracker, settings=dataclasses.replace(a.tracker.settings, crop=crop)))
+            if a.tracker.name == "siamfc" else a for a in arms]
     static = {}
     for set_name, (set_id, sequences) in eval_sets.items():
         recs = stages.evaluate(ctx, "static", {"set": set_id}, set_name, sequences,

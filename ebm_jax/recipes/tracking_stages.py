@@ -119,7 +119,7 @@ def training_identity(cfg, data_identity, seed: int, data=None) -> dict:
     return {"data": data_identity, "width": cfg.width, "steps": cfg.steps,
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
-            "max_gap": cfg.max_gap, "settings": dataclasses.asdict(SIAMFC),
+            "max_gap": cfg.max_gap, "settings": SIAMFC.identity(),
             "seed": seed, **backbone_identity(cfg, data)}
 
 

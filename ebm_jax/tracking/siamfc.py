@@ -33,6 +33,7 @@ from flax import nnx
 
 from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
 from ebm_jax.ops.crops import (
+    CROPS,
     box_to_center,
     center_to_box,
     crop_square,
@@ -53,7 +54,9 @@ class SiamFCSettings:
     penalty on the non-central ones, scale learning rate, Hann window influence,
     response upsampling factor. Training crops: random stretch of the crop side in
     [1 - stretch, 1 + stretch] and a random shift of the search crop centre of up to
-    `shift` crop pixels per axis.
+    `shift` crop pixels per axis. `crop`: the tracker's crops, "continuous"
+    (`crop_square`, the default) or "rounded" (`crop_square_rounded`, the port's whole
+    pixel corners); training crops are always continuous.
     """
 
     exemplar_size: int = 127
@@ -70,8 +73,20 @@ class SiamFCSettings:
     response_up: int = 16
     stretch: float = 0.05
     shift: float = 8.0
+    crop: str = "continuous"
+
+    def identity(self) -> dict:
+        """The settings for stage identities: `crop` only where it is not the default,
+        so that the stages recorded before it was a choice keep their identities."""
+        out = dataclasses.asdict(self)
+        if self.crop == "continuous":
+            del out["crop"]
+        return out
 
     def __post_init__(self):
+        if self.crop not in CROPS:
+            raise ValueError(f"SiamFCSettings.crop must be one of {sorted(CROPS)}, got "
+                             f"{self.crop!r}")
         for name in ("exemplar_size", "search_size", "stride", "scale_num", "response_up"):
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or int(v) < 1:
@@ -308,6 +323,7 @@ def make_tracker(embed: Callable, settings: SiamFCSettings = SiamFCSettings()) -
     the crop sides follow (1 - scale_lr) + scale_lr * scale. Both are jitted; update
     traces once per frame shape and dtype. Boxes are xywh (1-indexed)."""
     s = settings
+    crop = CROPS[s.crop]
     factors = jnp.asarray(s.scale_factors, jnp.float32)
     penalties = jnp.asarray(np.where(np.arange(s.scale_num) == s.scale_num // 2, 1.0,
                                      s.scale_penalty), jnp.float32)
@@ -322,7 +338,7 @@ def make_tracker(embed: Callable, settings: SiamFCSettings = SiamFCSettings()) -
         center, size = jnp.stack([cy, cx]), jnp.stack([h, w])
         z_side = exemplar_side(h, w, s.context)
         pad = jnp.mean(frame.astype(jnp.float32), axis=(0, 1))
-        z = crop_square(frame, center, z_side, s.exemplar_size, pad)
+        z = crop(frame, center, z_side, s.exemplar_size, pad)
         template = embed(params, z[None])[0]
         return TrackerState(center, size, template,
                             z_side * (s.search_size / s.exemplar_size), pad)
@@ -331,7 +347,7 @@ def make_tracker(embed: Callable, settings: SiamFCSettings = SiamFCSettings()) -
         frame = jnp.asarray(frame)
         _check_frame(frame)
         sides = state.search_side * factors
-        x = jax.vmap(crop_square, in_axes=(None, None, 0, None, None))(
+        x = jax.vmap(crop, in_axes=(None, None, 0, None, None))(
             frame, state.center, sides, s.search_size, state.pad)
         responses = xcorr_broadcast(state.template, embed(params, x)) * s.response_scale
         n_h, n_w = responses.shape[1:]

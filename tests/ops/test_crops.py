@@ -118,3 +118,69 @@ def test_crop_rejects_bad_arguments():
         crop_square_np(frame, (1.0, 1.0), -3.0, 5)
     with pytest.raises(ValueError, match="box"):
         box_to_center(np.zeros(3))
+
+
+def _port_crop(image, center, side, out_size, pad):
+    """The port's crop restated with OpenCV on a float image: side and corners rounded
+    half to even, the frame padded with `pad` where the patch leaves it, the patch
+    resized with INTER_LINEAR."""
+    s = round(side)
+    first = np.round(np.asarray(center, np.float64) - (s - 1) / 2).astype(int)
+    last = first + s
+    h, w = image.shape[:2]
+    margin = max(0, int(max(-first.min(), last[0] - h, last[1] - w)))
+    padded = cv2.copyMakeBorder(image, margin, margin, margin, margin,
+                                cv2.BORDER_CONSTANT, value=tuple(float(v) for v in pad))
+    patch = padded[first[0] + margin:last[0] + margin, first[1] + margin:last[1] + margin]
+    return cv2.resize(patch, (out_size, out_size), interpolation=cv2.INTER_LINEAR)
+
+
+@pytest.mark.parametrize("center, side, out_size", [
+    ((40.3, 61.7), 57.4, 127),    # upsampled, inside the frame
+    ((40.5, 60.5), 200.6, 255),   # past every edge, padded
+    ((5.2, 110.9), 90.0, 45),     # downsampled (no anti-aliasing, as OpenCV)
+    ((50.0, 50.0), 510.0, 255),   # exactly x2 (OpenCV's INTER_AREA path: the same)
+    ((30.5, 30.5), 64.5, 127),    # half-pixel corner and side: rounded to even
+])
+def test_rounded_crop_is_the_ports_crop_on_float_frames(center, side, out_size):
+    from ebm_jax.ops.crops import crop_square_rounded
+
+    rng = np.random.default_rng(0)
+    image = (rng.random((90, 130, 3)) * 255).astype(np.float32)
+    pad = image.mean(axis=(0, 1))
+    ours = np.asarray(jax.jit(crop_square_rounded, static_argnums=3)(
+        image, jnp.asarray(center), jnp.asarray(side), out_size, pad))
+    port = _port_crop(image, center, side, out_size, pad)
+    # OpenCV computes the sample positions (up to the side s) and weights in float32:
+    # a few ulps of s in a position, times a step of up to 255 between neighbours
+    eps = np.finfo(np.float32).eps
+    np.testing.assert_allclose(ours, port, rtol=0, atol=255 * 4 * (round(side) + 1) * eps)
+    # the continuous crop is another crop wherever the corners were rounded
+    assert np.abs(np.asarray(crop_square(image, center, side, out_size, pad)) - port).max() > 1
+
+
+def test_the_tracker_takes_the_rounded_crop_and_records_it():
+    from ebm_jax.ops.crops import crop_square_rounded
+    from ebm_jax.tracking.siamfc import SiamFCSettings, make_tracker
+
+    with pytest.raises(ValueError, match="SiamFCSettings.crop must be one of"):
+        SiamFCSettings(crop="nearest")
+    assert "crop" not in SiamFCSettings().identity()
+    assert SiamFCSettings(crop="rounded").identity()["crop"] == "rounded"
+    rng = np.random.default_rng(1)
+    frame = (rng.random((120, 160, 3)) * 255).astype(np.float32)
+    box = np.array([50.0, 40.0, 31.0, 23.0])  # xywh, 1-indexed
+
+    def embed(params, images):  # the crop itself, pooled to stride 8
+        n, s = images.shape[0], images.shape[1] // 8
+        return images[:, :s * 8, :s * 8].reshape(n, s, 8, s, 8, 3).mean((2, 4))
+
+    state = make_tracker(embed, SiamFCSettings(crop="rounded")).init(None, frame, box)
+    cy, cx = box[1] - 1 + (box[3] - 1) / 2, box[0] - 1 + (box[2] - 1) / 2
+    ctx = 0.5 * (box[2] + box[3])
+    side = np.sqrt((box[2] + ctx) * (box[3] + ctx))
+    z = crop_square_rounded(frame, jnp.asarray([cy, cx]), side, 127, frame.mean((0, 1)))
+    np.testing.assert_allclose(np.asarray(state.template), np.asarray(embed(None, z[None])[0]),
+                               rtol=0, atol=255 * 64 * np.finfo(np.float32).eps)
+    _, moved = make_tracker(embed, SiamFCSettings(crop="rounded")).update(None, state, frame)
+    assert np.all(np.isfinite(np.asarray(moved)))

@@ -77,6 +77,23 @@ def test_rerun_resumes_training_and_evaluation(tiny_run):
     assert a["auc"] == pytest.approx(b["auc"], abs=1e-6)  # deterministic tracking
 
 
+def test_the_rounded_tracker_crop_reuses_training_and_tracks_anew(tiny_run):
+    """`tracker_crop=rounded`: the same Box-Siam stage (training crops are unchanged),
+    its own evaluation, whose identity records the crop."""
+    root, _ = tiny_run
+    workdir = root / "runs"
+    before = {p.name for p in workdir.iterdir()}
+    report = run_experiment(tiny("--config.tracker_crop=rounded"), workdir=workdir,
+                            out=root / "out-rounded", progress=False, log=_quiet)
+    new = {p.name for p in workdir.iterdir()} - before
+    assert new and all(n.startswith("eval-") for n in new), new
+    (box,) = [n for n in new if n.startswith("eval-box-siam-s0-")]
+    identity = json.loads((workdir / box / "identity.json").read_text())
+    assert identity["tracking"]["crop"] == "rounded"
+    rows = report.payload["tables"]["generated-test"]["box-siam"]
+    assert all(0.0 <= r["auc"] <= 1.0 for r in rows)
+
+
 @pytest.mark.parametrize("override, message", [
     ("steps=0", "--config.steps"),
     ("width=0.01", "--config.width"),
