@@ -118,6 +118,19 @@ def crop_square(image, center_yx, side, out_size: int, pad=None) -> jax.Array:
     docstring for the conventions. `pad`: the colour outside the frame, (3,) (default:
     the image's mean colour, as SiamFC pads). Jittable (out_size static) and vmappable
     over images, centres, sides and pads."""
+    img, center_yx, side, out_size, pad = _crop_arguments(image, center_yx, side,
+                                                          out_size, pad)
+    height, width = img.shape[:2]
+    ys = _sample_positions(center_yx[0], side, out_size)
+    xs = _sample_positions(center_yx[1], side, out_size)
+    y0, y1, wy0, wy1, vy0, vy1 = _axis_taps(ys, height)
+    x0, x1, wx0, wx1, vx0, vx1 = _axis_taps(xs, width)
+    return _blend(img, ((y0, wy0, vy0), (y1, wy1, vy1)), ((x0, wx0, vx0), (x1, wx1, vx1)),
+                  pad)
+
+
+def _crop_arguments(image, center_yx, side, out_size, pad):
+    """(float32 image, centre, side, out_size, pad colour) of a crop, checked."""
     image = jnp.asarray(image)
     _check_image(image)
     out_size = _check_out_size(out_size)
@@ -130,18 +143,18 @@ def crop_square(image, center_yx, side, out_size: int, pad=None) -> jax.Array:
     img = image.astype(jnp.float32)
     pad = (jnp.mean(img, axis=(0, 1)) if pad is None
            else jnp.broadcast_to(jnp.asarray(pad, jnp.float32), (3,)))
-    height, width = image.shape[:2]
-    ys = _sample_positions(center_yx[0], side, out_size)
-    xs = _sample_positions(center_yx[1], side, out_size)
-    y0, y1, wy0, wy1, vy0, vy1 = _axis_taps(ys, height)
-    x0, x1, wx0, wx1, vx0, vx1 = _axis_taps(xs, width)
-    out = jnp.zeros((out_size, out_size, 3), jnp.float32)
-    for yi, wy, vy in ((y0, wy0, vy0), (y1, wy1, vy1)):
-        for xi, wx, vx in ((x0, wx0, vx0), (x1, wx1, vx1)):
+    return img, center_yx, side, out_size, pad
+
+
+def _blend(img, y_taps, x_taps, pad):
+    """Sum over the tap pairs of weight x (the frame pixel, or `pad` outside the frame);
+    each axis's taps: (indices, weights, inside) per tap."""
+    out = 0.0
+    for yi, wy, vy in y_taps:
+        for xi, wx, vx in x_taps:
             tap = img[yi[:, None], xi[None, :]]
             inside = (vy[:, None] & vx[None, :])[..., None]
-            weight = (wy[:, None] * wx[None, :])[..., None]
-            out = out + weight * jnp.where(inside, tap, pad)
+            out = out + (wy[:, None] * wx[None, :])[..., None] * jnp.where(inside, tap, pad)
     return out
 
 
@@ -156,19 +169,10 @@ def crop_square_rounded(image, center_yx, side, out_size: int, pad=None) -> jax.
     matches the port's crop to float32 rounding; on uint8 frames OpenCV resizes in
     11-bit fixed point, so the port's crop differs from this one by up to one grey
     level there."""
-    image = jnp.asarray(image)
-    _check_image(image)
-    out_size = _check_out_size(out_size)
-    center_yx = jnp.asarray(center_yx, jnp.float32)
-    if center_yx.shape != (2,):
-        raise ValueError(f"center_yx must have shape (2,), got {center_yx.shape}")
-    side = jnp.round(jnp.asarray(side, jnp.float32))
-    if side.shape != ():
-        raise ValueError(f"side must be a scalar, got shape {side.shape}")
-    img = image.astype(jnp.float32)
-    pad = (jnp.mean(img, axis=(0, 1)) if pad is None
-           else jnp.broadcast_to(jnp.asarray(pad, jnp.float32), (3,)))
-    height, width = image.shape[:2]
+    img, center_yx, side, out_size, pad = _crop_arguments(image, center_yx, side,
+                                                          out_size, pad)
+    side = jnp.round(side)
+    height, width = img.shape[:2]
     first = jnp.round(center_yx - (side - 1) / 2)
 
     def taps(start, size):
@@ -183,13 +187,7 @@ def crop_square_rounded(image, center_yx, side, out_size: int, pad=None) -> jax.
         return ((jnp.clip(i0, 0, size - 1), 1.0 - frac, (i0 >= 0) & (i0 < size)),
                 (jnp.clip(i1, 0, size - 1), frac, (i1 >= 0) & (i1 < size)))
 
-    out = jnp.zeros((out_size, out_size, 3), jnp.float32)
-    for yi, wy, vy in taps(first[0], height):
-        for xi, wx, vx in taps(first[1], width):
-            tap = img[yi[:, None], xi[None, :]]
-            inside = (vy[:, None] & vx[None, :])[..., None]
-            out = out + (wy[:, None] * wx[None, :])[..., None] * jnp.where(inside, tap, pad)
-    return out
+    return _blend(img, taps(first[0], height), taps(first[1], width), pad)
 
 
 CROPS = {"continuous": crop_square, "rounded": crop_square_rounded}
