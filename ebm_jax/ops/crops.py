@@ -167,8 +167,7 @@ def crop_square_rounded(image, center_yx, side, out_size: int, pad=None) -> jax.
     patch coordinate (i + 0.5) s / out - 0.5, clamped to the patch (its edge pixels
     repeat). The same arguments and output as `crop_square`. On float frames it
     matches the port's crop to float32 rounding; on uint8 frames OpenCV resizes in
-    11-bit fixed point, so the port's crop differs from this one by up to one grey
-    level there."""
+    fixed point, so the port's crop can differ from this one by a grey level there."""
     img, center_yx, side, out_size, pad = _crop_arguments(image, center_yx, side,
                                                           out_size, pad)
     side = jnp.round(side)
