@@ -97,9 +97,9 @@ class MoCoPretraining:
 
 
 def _pretraining_sequences(cfg, data):
-    from ebm_jax.recipes.tracking_stages import training_split
-
-    return training_split(data, cfg)
+    """The frames' sequences and their identity: `data`'s training split, which the
+    caller has already held out (`tracking_stages.held_out`)."""
+    return data.train, data.identity["train"]
 
 
 def moco_stage(cfg, data):

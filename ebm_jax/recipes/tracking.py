@@ -376,4 +376,5 @@ def backbone_start(cfg, ctx, data) -> dict:
 
     from ebm_jax.recipes.backbone_pretraining import probe
 
-    return {"settings": dc.asdict(cfg.moco), "probe": probe(cfg, ctx, data)}
+    return {"settings": dc.asdict(cfg.moco),
+            "probe": probe(cfg, ctx, stages.held_out(data, cfg))}

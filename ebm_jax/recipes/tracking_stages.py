@@ -136,7 +136,7 @@ def backbone_identity(cfg, data=None) -> dict:
     if cfg.init == "moco":
         from ebm_jax.recipes.backbone_pretraining import moco_stage
 
-        out["moco"] = moco_stage(cfg, _needs_data(data)).full_identity
+        out["moco"] = moco_stage(cfg, held_out(_needs_data(data), cfg)).full_identity
     return out
 
 
@@ -218,7 +218,8 @@ def build_model(cfg, ctx, stage_name: str, data=None):
     if cfg.init == "moco":
         from ebm_jax.recipes.backbone_pretraining import pretrained_backbone
 
-        nnx.update(model, nnx.state(pretrained_backbone(cfg, ctx, _needs_data(data))))
+        nnx.update(model, nnx.state(pretrained_backbone(cfg, ctx,
+                                                        held_out(_needs_data(data), cfg))))
     return model
 
 

@@ -84,7 +84,7 @@ def test_the_start_is_the_moco_query_backbone_trained_once(moco_run):
                               np.asarray(random.conv1.kernel[...]))
     # the identity names the MoCo stage; without data it cannot be known
     identity = ts.backbone_identity(cfg, data)
-    assert identity["moco"] == moco_stage(cfg, data).full_identity
+    assert identity["moco"] == moco_stage(cfg, ts.held_out(data, cfg)).full_identity
     assert identity["moco"]["moco"]["steps"] == 2
     with pytest.raises(ValueError, match="init='moco'.*needs the run's data"):
         ts.backbone_identity(cfg)
@@ -98,11 +98,12 @@ def test_a_validation_split_is_left_out_of_the_pretraining_frames(moco_run):
 
     cfg, _, data = moco_run
     held = dataclasses.replace(cfg, validation_sequences=1)
-    full, less = moco_stage(cfg, data), moco_stage(held, data)
+    full, less = moco_stage(cfg, data), moco_stage(held, ts.held_out(data, held))
     assert less.identity["frames"] != full.identity["frames"]
     assert less.identity["frames"]["held_out_last"] == 1
     # data already held out (SoCL's) is not held out twice
-    assert moco_stage(held, ts.held_out(data, held)).identity == less.identity
+    assert moco_stage(held, ts.held_out(ts.held_out(data, held), held)).identity == \
+        less.identity
     assert len(ts.training_split(ts.held_out(data, held), held)[0]) == len(data.train) - 1
 
 
