@@ -332,7 +332,7 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     else:
         split = "generated-test"
         eval_sets = {split: (data.identity[split], data.eval_sets[split])}
-    res = run_arms(env, ctx, arms, cfg.seeds, eval_sets)
+    res = run_arms(env, ctx, arms, cfg.seeds, eval_sets, tracker_crop=cfg.tracker_crop)
     experiment = EXPERIMENTS[cfg.experiment]
     extra = experiment.after(env, arms, res, eval_sets) if experiment.after else None
     rows = res.rows[split]

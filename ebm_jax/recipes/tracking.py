@@ -293,7 +293,7 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     arms, validation = experiment.arms(cfg), None
     if experiment.choose is not None:  # the trackers' settings, before any testing
         arms, validation = experiment.choose(env, cfg.seeds)
-    res = run_arms(env, ctx, arms, cfg.seeds, eval_sets)
+    res = run_arms(env, ctx, arms, cfg.seeds, eval_sets, tracker_crop=cfg.tracker_crop)
     if experiment.after is not None:
         experiment.after(env, arms, res, eval_sets)
     pairs = pairs_of(arms)

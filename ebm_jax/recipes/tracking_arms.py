@@ -145,12 +145,13 @@ class ArmResults:
 
 
 def run_arms(env, ctx, arms: Sequence[Arm], seeds: Sequence[int],
-             eval_sets: Mapping[str, tuple[Any, list]]) -> ArmResults:
+             eval_sets: Mapping[str, tuple[Any, list]], *,
+             tracker_crop: str = "continuous") -> ArmResults:
     """Trains every arm for every seed (each after the arms it uses), tracks each of
     `eval_sets` ({name: (identity, sequences)}) with each arm's tracker, and with the
     tracker that never moves once per set; every stage resumes. Rows are in the table's
-    order. SiamFC's trackers take the config's `tracker_crop`."""
-    crop = getattr(env.cfg, "tracker_crop", "continuous")
+    order. SiamFC's trackers crop with `tracker_crop` ("continuous" or "rounded")."""
+    crop = tracker_crop
     if crop != "continuous":
         arms = [dataclasses.replace(a, tracker=dataclasses.replace(
             a.tracker, settings=dataclasses.replace(a.tracker.settings, crop=crop)))
