@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ebm_jax import checks
+
 __all__ = ["frame_crops"]
 
 
@@ -44,10 +46,8 @@ def frame_crops(sequences, photos=(), *, count: int, size: int,
                 seed: int = 0, progress: bool = False) -> np.ndarray:
     """(count, size, size, 3) uint8 crops of the frames of `sequences` (`Sequence`s) and
     of `photos` (float RGB arrays in [0, 1]); see the module docstring."""
-    _check("count", count, not isinstance(count, bool) and int(count) == count and count >= 1,
-           "an integer >= 1")
-    _check("size", size, not isinstance(size, bool) and int(size) == size and size >= 8,
-           "an integer >= 8")
+    count = checks.int_at_least("count", count, 1)
+    size = checks.int_at_least("size", size, 8)
     lo, hi = (float(v) for v in side_range)
     _check("side_range", side_range, 0.0 < lo <= hi <= 1.0, "(low, high) with 0 < low <= "
            "high <= 1 (fractions of the image's shorter side)")

@@ -83,5 +83,5 @@ class PooledEncoder(nnx.Module):
         return z / jnp.maximum(jnp.linalg.norm(z, axis=-1, keepdims=True), 1e-12)
 
 
-__all__ = ["BACKBONES", "PooledEncoder", "backbone_class", "backbone_title", "check_backbone", "tracking_backbone",
-           "tracking_backbone_flops"]
+__all__ = ["BACKBONES", "PooledEncoder", "backbone_class", "backbone_title", "check_backbone",
+           "tracking_backbone", "tracking_backbone_flops"]

@@ -96,19 +96,15 @@ class MoCoPretraining:
             fail("input_size", f"<= --config.moco.crop_size ({self.crop_size})")
 
 
-def _pretraining_sequences(cfg, data):
-    """The frames' sequences and their identity: `data`'s training split, which the
-    caller has already held out (`tracking_stages.held_out`)."""
-    return data.train, data.identity["train"]
-
-
 def moco_stage(cfg, data):
-    """The MoCo stage (`TrainStage`) of `cfg` on `data` (a `TrackingData`): its identity
-    holds the settings, the backbone, the width and the pretraining images' source."""
+    """The MoCo stage (`TrainStage`) of `cfg` on the frames of `data`'s training split (a
+    `TrackingData` whose validation split the caller has held out,
+    `tracking_stages.held_out`): its identity holds the settings, the backbone, the
+    width and the pretraining images' source."""
     from ebm_jax.data.tracking import PHOTO_POOLS
     from ebm_jax.train.stages import TrainStage
 
-    _, data_identity = _pretraining_sequences(cfg, data)
+    data_identity = data.identity["train"]
     m = cfg.moco
     settings = {k: v for k, v in dataclasses.asdict(m).items()
                 if k not in ("probe_size", "probe_epochs")}
@@ -160,9 +156,8 @@ def _train(cfg, ctx, data):
 
     def batches(s):
         if not crops:
-            sequences, _ = _pretraining_sequences(cfg, data)
             photos = [load_photo(p) for p in PHOTO_POOLS["train"]]
-            crops.append(frame_crops(sequences, photos, count=m.crops, size=m.crop_size,
+            crops.append(frame_crops(data.train, photos, count=m.crops, size=m.crop_size,
                                      photo_fraction=m.photo_fraction,
                                      seed=ctx.seed_of(stage.name, "crops"),
                                      progress=ctx.progress))
@@ -178,18 +173,23 @@ def _train(cfg, ctx, data):
     return graphdef, state
 
 
-def pretrained_backbone(cfg, ctx, data):
-    """The backbone of the finished MoCo stage (trained first if it is not), as a
-    `num_splits=1` module (the query encoder's parameters and batch statistics)."""
+def _pretrained_encoder(cfg, ctx, data):
+    """The query encoder of the finished MoCo stage (trained first if it is not), as a
+    `num_splits=1` module (parameters and batch statistics)."""
     from flax import nnx
 
     from ebm_jax.train import merge_model
 
     graphdef, state = _train(cfg, ctx, data)
-    moco = merge_model(graphdef, state)
     encoder = _encoder_factory(cfg, 1)(nnx.Rngs(0))
-    nnx.update(encoder, nnx.state(moco.query))
-    return encoder.backbone
+    nnx.update(encoder, nnx.state(merge_model(graphdef, state).query))
+    return encoder
+
+
+def pretrained_backbone(cfg, ctx, data):
+    """The backbone of the finished MoCo stage (its query encoder's; the head is
+    dropped)."""
+    return _pretrained_encoder(cfg, ctx, data).backbone
 
 
 def probe(cfg, ctx, data) -> dict:
@@ -213,8 +213,7 @@ def probe(cfg, ctx, data) -> dict:
 
         digits = load_digits_on_photos(m.probe_size, seed=0)
         out = {"images": [len(digits.train_images), len(digits.test_images)]}
-        trained = _encoder_factory(cfg, 1)(nnx.Rngs(0))
-        trained.backbone = pretrained_backbone(cfg, ctx, data)
+        trained = _pretrained_encoder(cfg, ctx, data)
         random = PooledEncoder(cfg.backbone, width=cfg.width, dim=m.dim,
                                rngs=nnx.Rngs(stage.key(ctx, "init")))
         for name, encoder in (("random", random), ("moco", trained)):

@@ -151,10 +151,9 @@ def run_arms(env, ctx, arms: Sequence[Arm], seeds: Sequence[int],
     `eval_sets` ({name: (identity, sequences)}) with each arm's tracker, and with the
     tracker that never moves once per set; every stage resumes. Rows are in the table's
     order. SiamFC's trackers crop with `tracker_crop` ("continuous" or "rounded")."""
-    crop = tracker_crop
-    if crop != "continuous":
+    if tracker_crop != "continuous":
         arms = [dataclasses.replace(a, tracker=dataclasses.replace(
-            a.tracker, settings=dataclasses.replace(a.tracker.settings, crop=crop)))
+            a.tracker, settings=dataclasses.replace(a.tracker.settings, crop=tracker_crop)))
             if a.tracker.name == "siamfc" else a for a in arms]
     static = {}
     for set_name, (set_id, sequences) in eval_sets.items():

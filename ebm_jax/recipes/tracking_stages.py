@@ -280,20 +280,10 @@ def training_split(data: TrackingData, cfg) -> tuple[list, dict]:
     """The sequences the arms train on, and their identity: the training split less
     its last `validation_sequences` (the validation split; all of it when 0). Data whose
     training split is already that (`held_out`) is returned as it is."""
-    v = cfg.validation_sequences
-    if not v or data.identity["train"] == held_out_identity(data.identity["train"], v,
-                                                             already=True):
-        return data.train, data.identity["train"]
-    return data.train[:-v], held_out_identity(data.identity["train"], v)
-
-
-def held_out_identity(train_identity, v: int, *, already: bool = False) -> dict | None:
-    """The identity of a training split less its last `v` sequences; with `already`,
-    `train_identity` itself when it is one (else None)."""
-    if already:
-        ok = isinstance(train_identity, dict) and train_identity.get("held_out_last") == v
-        return train_identity if ok else None
-    return {"sequences": train_identity, "held_out_last": v}
+    v, identity = cfg.validation_sequences, data.identity["train"]
+    if not v or (isinstance(identity, dict) and identity.get("held_out_last") == v):
+        return data.train, identity
+    return data.train[:-v], {"sequences": identity, "held_out_last": v}
 
 
 def held_out(data: TrackingData, cfg) -> TrackingData:
