@@ -5,28 +5,19 @@ the MoCo stage, its frames exclude a validation split, and the probe and a tiny 
 report it."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ebm_jax.config import ConfigError, load_config
+from ebm_jax.config import ConfigError
 from ebm_jax.recipes import run_experiment
+from tests.recipes.test_backbones import _quiet, tiny
 
-EXPERIMENTS = Path(__file__).parents[2] / "experiments" / "tracking"
 MOCO = ("--config.backbone=resnet18", "--config.init=moco", "--config.moco.steps=2",
         "--config.moco.batch_size=8", "--config.moco.crops=16",
         "--config.moco.crop_size=32", "--config.moco.input_size=32",
         "--config.moco.queue_size=16", "--config.moco.num_splits=2",
         "--config.moco.probe_size=32", "--config.moco.probe_epochs=2")
-
-
-def tiny(*overrides: str, config="siamfc_box.py"):
-    return load_config(f"{EXPERIMENTS / config}:tiny", overrides)
-
-
-def _quiet(_):
-    pass
 
 
 @pytest.mark.parametrize("overrides, message", [
