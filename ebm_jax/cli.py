@@ -5,6 +5,7 @@
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:paper --config.methods=nce,nce+
     ebm-jax plot-metrics runs/regression1d                         # loss curves to PNG
     ebm-jax compare results/a/results.json moco results/b/results.json instdisc
+    ebm-jax compare results/port Box-Siam results/project Box-Siam   # by seed and sequence
     ebm-jax records images --data digits-on-photos --out data/dop16   # ArrayRecord
     ebm-jax run experiments/contrastive/moco_linear_eval.py:quick \
         --config.data=records --config.data_root=data/dop16 --config.loader=grain
@@ -80,12 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG to write (default WORKDIR/metrics.png)")
     p.set_defaults(func=_plot_metrics)
 
-    p = sub.add_parser("compare", help="two contrastive runs, paired by seed",
+    p = sub.add_parser("compare", help="two runs, paired by seed (contrastive; tracking "
+                       "and SoCL also by sequence)",
                        description="RUN_A of RESULTS_A minus RUN_B of RESULTS_B (two "
-                       "contrastive results.json, or the folders holding them, of the "
-                       "same data and seeds), seed by seed: mean +- standard error, * "
-                       "beyond 2 se. Only results of the contrastive recipe compare; "
-                       "another recipe's results are refused.")
+                       "results.json, or the folders holding them, of one kind and of "
+                       "the same data and seeds), seed by seed: mean +- standard error, * "
+                       "beyond 2 se. Contrastive results compare runs (by name); tracking "
+                       "and SoCL results compare arms (by label, e.g. Box-Siam) on each "
+                       "evaluation set, paired by seed and by test sequence. Results of "
+                       "other recipes are refused.")
     p.add_argument("results_a", metavar="RESULTS_A")
     p.add_argument("run_a", metavar="RUN_A")
     p.add_argument("results_b", metavar="RESULTS_B")
@@ -312,21 +316,24 @@ def _plot_metrics(args, overrides) -> int:
 
 def _compare(args, overrides) -> int:
     from ebm_jax.io import read_json
-    from ebm_jax.report.contrastive import compare_results
+    from ebm_jax.report import contrastive, tracking
 
     def read(path, arg):
         p = Path(path)
         if p.is_dir():  # a results folder: its results.json
             if not (p / "results.json").is_file():
                 raise ValueError(f"{arg} {p} is a directory without a results.json; give "
-                                 "a contrastive results.json")
+                                 "a results.json")
             p = p / "results.json"
-        return read_json(p, what="results file", fix="give a contrastive results.json")
+        return read_json(p, what="results file", fix="give a results.json")
 
     a, b = read(args.results_a, "RESULTS_A"), read(args.results_b, "RESULTS_B")
-    print(compare_results(a, args.run_a, b, args.run_b,
-                          names=(f"RESULTS_A {args.results_a}",
-                                 f"RESULTS_B {args.results_b}")))
+    meta = a.get("ebm_jax") if isinstance(a, dict) else None
+    recipe = meta.get("recipe") if isinstance(meta, dict) else None
+    compare = (tracking.compare_results if recipe in ("tracking", "socl")
+               else contrastive.compare_results)
+    print(compare(a, args.run_a, b, args.run_b,
+                  names=(f"RESULTS_A {args.results_a}", f"RESULTS_B {args.results_b}")))
     return 0
 
 

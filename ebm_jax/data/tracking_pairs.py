@@ -11,8 +11,13 @@ A region is the square of side `margin` x the search side (the exemplar side x
 search_size / exemplar_size, centred on the target; mean-colour padding outside the
 frame), resampled to `region_size` pixels; its box is the target's box in region
 pixels. Usable frames: a finite box, the target visible (at least `min_visible` of it
-where the data says), each side >= `min_size` pixels and an aspect ratio within
-[1/max_aspect, max_aspect] (the port's filter of degenerate boxes).
+where the data says), each side in [`min_size`, `max_size`] pixels and in
+`relative_size` of the frame's side along it, an aspect ratio within [1/max_aspect,
+max_aspect] (the port's filter of degenerate boxes). The exemplar is the first frame of
+a pair or either at random (`order`).
+
+`PORT_PAIRS` holds the PyTorch port's choices (its `Pair._filter` and `_sample_pair`):
+sides of 20-500 px and 0.01-0.5 of the frame, the exemplar the earlier frame.
 """
 
 from __future__ import annotations
@@ -25,14 +30,23 @@ import numpy as np
 from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square_np, exemplar_side
 
 
+PORT_PAIRS = dict(min_size=20.0, max_size=500.0, relative_size=(0.01, 0.5),
+                  order="forward")
+ORDERS = ("random", "forward")
+
+
 def usable_frames(seq, *, min_size: float = 8.0, max_aspect: float = 4.0,
-                  min_visible: float = 0.5) -> np.ndarray:
+                  min_visible: float = 0.5, max_size: float = np.inf,
+                  relative_size: tuple[float, float] = (0.0, 1.0)) -> np.ndarray:
     """Indices of the frames of `seq` whose box can train a Siamese tracker."""
     boxes = np.asarray(seq.boxes, np.float64)
     w, h = boxes[:, 2], boxes[:, 3]
+    height, width = seq.image_size
+    lo, hi = relative_size
     ok = np.all(np.isfinite(boxes), axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ok &= (w >= min_size) & (h >= min_size)
+        ok &= (w >= min_size) & (h >= min_size) & (w <= max_size) & (h <= max_size)
+        ok &= (w >= lo * width) & (h >= lo * height) & (w <= hi * width) & (h <= hi * height)
         ok &= (w / h <= max_aspect) & (h / w <= max_aspect)
     ok &= np.asarray(seq.visible, bool)
     if seq.visible_ratio is not None:
@@ -40,7 +54,6 @@ def usable_frames(seq, *, min_size: float = 8.0, max_aspect: float = 4.0,
     elif seq.cover is not None:
         ok &= np.asarray(seq.cover) >= np.ceil(8 * min_visible)
     # the whole target inside the frame (a box cut by the border is not its size)
-    height, width = seq.image_size
     x0, y0 = boxes[:, 0] - 1, boxes[:, 1] - 1
     with np.errstate(invalid="ignore"):
         ok &= (x0 >= 0) & (y0 >= 0) & (x0 + w <= width) & (y0 + h <= height)
@@ -83,25 +96,34 @@ def pick_pair(rng: np.random.Generator, frames: np.ndarray, max_gap: int) -> tup
 def pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int, seed: int,
                  exemplar_size: int = 127, search_size: int = 255, context: float = 0.5,
                  margin: float = 1.25, min_size: float = 8.0, max_aspect: float = 4.0,
-                 min_visible: float = 0.5, cache_frames: int = 512
-                 ) -> Callable[[int], dict]:
+                 min_visible: float = 0.5, max_size: float = np.inf,
+                 relative_size: tuple[float, float] = (0.0, 1.0), order: str = "random",
+                 cache_frames: int = 512) -> Callable[[int], dict]:
     """`batches(step) -> dict` of `batch_size` pairs, a function of (seed, step) alone (a
     resumed run sees the same batches). Raises ValueError when no sequence has two
     usable frames."""
     if max_gap < 1:
         raise ValueError(f"max_gap must be >= 1, got {max_gap}")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    lo, hi = relative_size
+    if not (0 <= lo < hi <= 1) or not (0 <= min_size <= max_size):
+        raise ValueError(f"need 0 <= relative_size[0] < relative_size[1] <= 1 and 0 <= "
+                         f"min_size <= max_size, got relative_size={relative_size}, "
+                         f"min_size={min_size}, max_size={max_size}")
     index = []
     for i, seq in enumerate(sequences):
         frames = usable_frames(seq, min_size=min_size, max_aspect=max_aspect,
-                               min_visible=min_visible)
+                               min_visible=min_visible, max_size=max_size,
+                               relative_size=relative_size)
         frames = frames[partnered(frames, max_gap)]
         if len(frames) >= 2:
             index.append((i, frames))
     if not index:
         raise ValueError(f"no training sequence has two usable frames less than {max_gap} "
-                         f"apart (boxes of >= {min_size} px inside the frame, aspect <= "
-                         f"{max_aspect}, visible >= {min_visible}) among {len(sequences)} "
-                         "sequences")
+                         f"apart (boxes of {min_size}-{max_size} px and {lo}-{hi} of the "
+                         f"frame inside it, aspect <= {max_aspect}, visible >= "
+                         f"{min_visible}) among {len(sequences)} sequences")
     side_ratio = margin * search_size / exemplar_size
     region_size = int(round(margin * search_size))
 
@@ -121,7 +143,10 @@ def pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int, seed: in
         for p in picks:
             s, frames = index[p]
             a, b = (frames[i] for i in pick_pair(rng, frames, max_gap))
-            z, x = (a, b) if rng.random() < 0.5 else (b, a)
+            if order == "forward":
+                z, x = min(a, b), max(a, b)
+            else:
+                z, x = (a, b) if rng.random() < 0.5 else (b, a)
             for tag, t in (("z", z), ("x", x)):
                 img, box = region(s, int(t))
                 out[f"{tag}_frames"].append(img)

@@ -85,6 +85,12 @@ class Config:
     # SiamFC's tracking crops: "continuous" (sub-pixel corners) or "rounded" (the
     # PyTorch port's whole-pixel corners, `ebm_jax.ops.crops.crop_square_rounded`)
     tracker_crop: str = "continuous"
+    # SiamFC's training pairs and crops (Box-Siam, BCE-Siam): "project" (search crop
+    # 255, its centre moved up to 8 px, labels that follow it, exemplar and search frame
+    # in random order, sides >= 8 px) or "port" (the PyTorch port's: 239, both crops
+    # moved up to 4 px, centred labels, the exemplar the earlier frame, sides 20-500 px
+    # and 0.01-0.5 of the frame; `stages.SIAMFC_TRAINING`)
+    siamfc_training: str = "project"
     steps: int = 600
     batch_size: int = 8
     lr_start: float = 1e-2
@@ -134,6 +140,7 @@ class Config:
                               f"--config.backbone={self.backbone}")
         c.one_of("init", INITS)
         c.one_of("tracker_crop", ("continuous", "rounded"))
+        c.one_of("siamfc_training", tuple(stages.SIAMFC_TRAINING))
         if self.init == "moco" and self.pretrained is not None:
             raise ConfigError("--config.init=moco and --config.pretrained are two starts "
                               "for one backbone: give one")
@@ -261,7 +268,7 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
         raise ConfigError(f"--config.validation_sequences ({cfg.validation_sequences}) "
                           f"must be fewer than the {len(data.train)} training sequences")
     pair_batches(training_split(data, cfg)[0], batch_size=cfg.batch_size,
-                 max_gap=cfg.max_gap, seed=0)
+                 max_gap=cfg.max_gap, seed=0, **stages.SIAMFC_TRAINING[cfg.siamfc_training][1])
     return data
 
 

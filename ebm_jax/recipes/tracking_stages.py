@@ -23,9 +23,10 @@ import numpy as np
 from etils import epath
 
 from ebm_jax.config import ConfigError
+from ebm_jax.data.tracking_pairs import PORT_PAIRS
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.item_cache import ItemCache
-from ebm_jax.tracking.siamfc import SiamFCSettings
+from ebm_jax.tracking.siamfc import PORT_TRAINING, SiamFCSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,12 +115,22 @@ class Trained(NamedTuple):
 # a config field (nothing here is tuned)
 SIAMFC = SiamFCSettings()
 
+# SiamFC's training pairs (`--config.siamfc_training`): the settings of its training
+# crops and the pair sampler's arguments (`pair_batches`), this project's or the
+# PyTorch port's (`siamfc.PORT_TRAINING`, `tracking_pairs.PORT_PAIRS`)
+SIAMFC_TRAINING = {
+    "project": (SIAMFC, {}),
+    "port": (dataclasses.replace(SIAMFC, **PORT_TRAINING), PORT_PAIRS),
+}
+
 
 def training_identity(cfg, data_identity, seed: int, data=None) -> dict:
+    settings, pairs = SIAMFC_TRAINING[cfg.siamfc_training]
     return {"data": data_identity, "width": cfg.width, "steps": cfg.steps,
             "batch": cfg.batch_size, "lr": [cfg.lr_start, cfg.lr_end],
             "momentum": cfg.momentum, "weight_decay": cfg.weight_decay,
-            "max_gap": cfg.max_gap, "settings": SIAMFC.identity(),
+            "max_gap": cfg.max_gap, "settings": settings.identity(),
+            **({"pairs": pairs} if pairs else {}),
             "seed": seed, **backbone_identity(cfg, data)}
 
 
@@ -252,11 +263,13 @@ def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
     opt = optax.chain(optax.add_decayed_weights(cfg.weight_decay),
                       optax.sgd(schedule, momentum=cfg.momentum))
     graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
-    step = make_train_step(graphdef, make_siamfc_loss(SIAMFC), opt, ctx.mesh)
+    settings, pairs = SIAMFC_TRAINING[cfg.siamfc_training]
+    step = make_train_step(graphdef, make_siamfc_loss(settings), opt, ctx.mesh)
     batches = pair_batches(sequences, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
                            seed=ctx.seed_of(name, "pairs"),
-                           exemplar_size=SIAMFC.exemplar_size,
-                           search_size=SIAMFC.search_size, context=SIAMFC.context)
+                           exemplar_size=settings.exemplar_size,
+                           search_size=settings.search_size, context=settings.context,
+                           **pairs)
     ctx.log(f"stage {name}: {cfg.steps} steps of {cfg.batch_size} pairs from "
             f"{batches.num_sequences} sequences ({batches.num_frames} usable frames)")
     state, figures = stage.run(ctx, state, step, batches)

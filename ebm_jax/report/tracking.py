@@ -115,6 +115,67 @@ def paired_line(a: str, b: str, d: Mapping) -> str:
             f"seeds, {_se(d['se_sequences'])} over sequences): {verdict}.")
 
 
+# the config fields that fix a tracking run's test data: two runs compare only where
+# they agree on the ones both record
+TEST_DATA_FIELDS = ("train_data", "got10k_root", "otb_root", "num_test_sequences",
+                    "num_frames", "frame_height", "frame_width", "seed")
+
+
+def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: str, *,
+                    names: tuple[str, str] = ("A", "B")) -> str:
+    """Arm `arm_a` of one tracking or SoCL results.json minus arm `arm_b` of another
+    (or the same), on every evaluation set both have, paired by seed and by test
+    sequence (`statistics.paired_seeds_and_sequences`): the two must share their test
+    data (`TEST_DATA_FIELDS`) and at least 2 seeds. A Markdown table, AUC in points,
+    with both standard errors; `*` where the mean is beyond twice the larger."""
+    from ebm_jax.report.statistics import paired_seeds_and_sequences
+
+    configs = []
+    for results, name in zip((results_a, results_b), names):
+        meta = results.get("ebm_jax") if isinstance(results, Mapping) else None
+        recipe = meta.get("recipe") if isinstance(meta, Mapping) else None
+        tables = results.get("tables") if isinstance(results, Mapping) else None
+        if recipe not in ("tracking", "socl") or not (
+                isinstance(tables, Mapping) and all(
+                    isinstance(arms, Mapping) and all(
+                        isinstance(rows, list) and all(
+                            isinstance(r, Mapping) and "seed" in r for r in rows)
+                        for rows in arms.values())
+                    for arms in tables.values())):
+            raise ValueError(f"{name} is not a tracking or SoCL results.json (recipe "
+                             f"{recipe!r}; tables of arms with rows per seed)")
+        configs.append(meta.get("config") or {})
+    for field in TEST_DATA_FIELDS:
+        if field in configs[0] and field in configs[1] and configs[0][field] != configs[1][field]:
+            raise ValueError(f"{names[0]} and {names[1]} differ in {field} "
+                             f"({configs[0][field]!r} vs {configs[1][field]!r}): arms "
+                             "compare by sequence only on the same test data")
+
+    def arm(results, label, name, set_name):
+        rows = results["tables"][set_name]
+        if label not in rows:
+            raise ValueError(f"{name}: no arm {label!r} on {set_name} (its arms: "
+                             f"{', '.join(sorted(rows)) or 'none'})")
+        return rows[label]
+
+    sets = [s for s in results_a["tables"] if s in results_b["tables"] and s != "static"]
+    if not sets:
+        raise ValueError(f"{names[0]} and {names[1]} share no evaluation set")
+    body = []
+    for set_name in sets:
+        a = arm(results_a, arm_a, names[0], set_name)
+        b = arm(results_b, arm_b, names[1], set_name)
+        d = paired_seeds_and_sequences(a, b)
+        if len(d["seeds"]) < 2:
+            raise ValueError(f"a paired comparison needs at least 2 seeds both arms have; "
+                             f"on {set_name} they share {d['seeds']}")
+        body.append([set_name, f"{100 * d['mean']:+.1f}" + (" *" if d["real"] else ""),
+                     _se(d["se_seeds"]), _se(d["se_sequences"]),
+                     " ".join(f"{100 * x:+.1f}" for x in d["per_seed"])])
+    return markdown_table([f"{arm_a} - {arm_b}", "AUC (points)", "se seeds",
+                           "se sequences", "per seed"], body, align="lrrrr")
+
+
 def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[str]:
     """What the table supports about the paper's two claims (the box head beats scale
     search by a wide margin; how the losses order), each stated only where the

@@ -41,7 +41,7 @@ from ebm_jax.ops.crops import (
 )
 
 # fold_in purposes of the training-crop key
-_Z_STRETCH, _X_STRETCH, _X_SHIFT = 0, 1, 2
+_Z_STRETCH, _X_STRETCH, _X_SHIFT, _Z_SHIFT = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +54,13 @@ class SiamFCSettings:
     penalty on the non-central ones, scale learning rate, Hann window influence,
     response upsampling factor. Training crops: random stretch of the crop side in
     [1 - stretch, 1 + stretch] and a random shift of the search crop centre of up to
-    `shift` crop pixels per axis. `crop`: the tracker's crops, "continuous"
-    (`crop_square`, the default) or "rounded" (`crop_square_rounded`, the port's whole
-    pixel corners); training crops are always continuous.
+    `shift` crop pixels per axis (and of the exemplar's with `shift_exemplar`), a search
+    crop of `train_search_size` (None: `search_size`), labels that follow the shifts
+    (`labels="follow"`) or stay at the response centre (`"centred"`, the port's). The
+    defaults are this project's; `PORT_TRAINING` holds the port's. `crop`: the tracker's
+    crops, "continuous" (`crop_square`, the default) or "rounded"
+    (`crop_square_rounded`, the port's whole pixel corners); training crops are always
+    continuous.
     """
 
     exemplar_size: int = 127
@@ -74,19 +78,35 @@ class SiamFCSettings:
     stretch: float = 0.05
     shift: float = 8.0
     crop: str = "continuous"
+    shift_exemplar: bool = False
+    train_search_size: int | None = None
+    labels: str = "follow"
 
     def identity(self) -> dict:
-        """The settings for stage identities: `crop` only where it is not the default,
-        so that the stages recorded before it was a choice keep their identities."""
+        """The settings for stage identities: the fields added after the first stages
+        were recorded (`_LATER`) only where they are not at their defaults, so that those
+        stages keep their identities."""
         out = dataclasses.asdict(self)
-        if self.crop == "continuous":
-            del out["crop"]
+        for name, default in _LATER.items():
+            if out[name] == default:
+                del out[name]
         return out
 
     def __post_init__(self):
         if self.crop not in CROPS:
             raise ValueError(f"SiamFCSettings.crop must be one of {sorted(CROPS)}, got "
                              f"{self.crop!r}")
+        if self.labels not in ("follow", "centred"):
+            raise ValueError(f"SiamFCSettings.labels must be 'follow' or 'centred', got "
+                             f"{self.labels!r}")
+        if not isinstance(self.shift_exemplar, bool):
+            raise ValueError(f"SiamFCSettings.shift_exemplar must be True or False, got "
+                             f"{self.shift_exemplar!r}")
+        t = self.train_search_size
+        if t is not None and (isinstance(t, bool) or int(t) != t
+                              or not self.exemplar_size <= int(t)):
+            raise ValueError(f"SiamFCSettings.train_search_size must be None or an integer "
+                             f">= exemplar_size ({self.exemplar_size}), got {t!r}")
         for name in ("exemplar_size", "search_size", "stride", "scale_num", "response_up"):
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or int(v) < 1:
@@ -115,6 +135,12 @@ class SiamFCSettings:
         return exemplar_side(h, w, self.context) * (self.search_size / self.exemplar_size)
 
     @property
+    def training_search_size(self) -> int:
+        """The search crop's side in training: `train_search_size`, else `search_size`."""
+        return self.search_size if self.train_search_size is None else int(
+            self.train_search_size)
+
+    @property
     def response_size(self) -> int:
         """Side of the response map of a stride-`stride` backbone: 17 by default."""
         return (self.search_size - self.exemplar_size) // self.stride + 1
@@ -124,6 +150,19 @@ class SiamFCSettings:
         """scale_step ** (-(n // 2), ..., n // 2) (the port's `scale_factors`)."""
         half = self.scale_num // 2
         return self.scale_step ** np.linspace(-half, half, self.scale_num)
+
+
+# fields added after the first stages were recorded, with their defaults (`identity`)
+_LATER = {"crop": "continuous", "shift_exemplar": False, "train_search_size": None,
+          "labels": "follow"}
+
+# The PyTorch port's training crops (its `SiamFCTransforms`: a 255 context crop, then
+# CenterCrop(247) and RandomCrop(239) for both crops, the exemplar the centre 127 of
+# its 239): search crop 239 (a 15 x 15 response), both centres moved by up to 4 px per
+# axis, labels at the response centre. The port's shifts are whole pixels and its
+# resampling kernel random; here they are continuous and bilinear.
+PORT_TRAINING = dict(shift=4.0, shift_exemplar=True, train_search_size=239,
+                     labels="centred")
 
 
 # ---------------------------------------------------------------- training
@@ -192,14 +231,16 @@ def training_crops(key, z_frames, z_boxes, x_frames, x_boxes,
     """SiamFC's training crops (Bertinetto et al. 2016, sec. 2.3; the port's
     `SiamFCTransforms`, made continuous): for B pairs of whole frames (B, H, W, 3) and
     xywh boxes, exemplar crops (B, 127, 127, 3) of side exemplar_side(box) and search
-    crops (B, 255, 255, 3) of side exemplar_side * 255 / 127, each side stretched by
-    U[1 - stretch, 1 + stretch], the search crop's centre moved by U[-shift, shift] crop
-    pixels per axis; padding with each frame's mean colour. Returns float32 crops and
-    offsets (B, 2) = (dy, dx) of the target centre from the response centre in response
-    cells (= -shift / stride), for `make_labels`.
+    crops (B, S, S, 3), S = settings.training_search_size, of side exemplar_side *
+    S / 127, each side stretched by U[1 - stretch, 1 + stretch], the search crop's centre
+    (and with `shift_exemplar` the exemplar's, independently) moved by U[-shift, shift]
+    crop pixels per axis; padding with each frame's mean colour. Returns float32 crops
+    and offsets (B, 2) = (dy, dx) in response cells of where the response should peak
+    from the response centre, for `make_labels`: (exemplar shift - search shift) /
+    stride with `labels="follow"`, zero with `"centred"` (the port's).
 
-    The port stretches and shifts by integer crops of a 255 crop (up to 4 px) and keeps
-    its labels centred; here the labels follow the shift. Jittable."""
+    The port stretches and shifts by integer crops of a 255 crop (up to 4 px,
+    `PORT_TRAINING`). Jittable."""
     z_frames, x_frames = jnp.asarray(z_frames), jnp.asarray(x_frames)
     z_boxes = jnp.asarray(z_boxes, jnp.float32)
     x_boxes = jnp.asarray(x_boxes, jnp.float32)
@@ -216,13 +257,21 @@ def training_crops(key, z_frames, z_boxes, x_frames, x_boxes,
 
     zcy, zcx, zh, zw = box_to_center(z_boxes)
     z_side = exemplar_side(zh, zw, s.context) * z_stretch
-    z = batched_crop(z_frames, jnp.stack([zcy, zcx], -1), z_side, s.exemplar_size)
+    z_shift = jnp.zeros_like(shift)
+    if s.shift_exemplar:
+        z_shift = jax.random.uniform(jax.random.fold_in(key, _Z_SHIFT), (b, 2),
+                                     minval=-s.shift, maxval=s.shift)
+    z_center = jnp.stack([zcy, zcx], -1) + z_shift * (z_side / s.exemplar_size)[:, None]
+    z = batched_crop(z_frames, z_center, z_side, s.exemplar_size)
 
+    size = s.training_search_size
     xcy, xcx, xh, xw = box_to_center(x_boxes)
-    x_side = s.search_side(xh, xw) * x_stretch
-    x_center = jnp.stack([xcy, xcx], -1) + shift * (x_side / s.search_size)[:, None]
-    x = batched_crop(x_frames, x_center, x_side, s.search_size)
-    return z, x, -shift / s.stride
+    x_side = exemplar_side(xh, xw, s.context) * (size / s.exemplar_size) * x_stretch
+    x_center = jnp.stack([xcy, xcx], -1) + shift * (x_side / size)[:, None]
+    x = batched_crop(x_frames, x_center, x_side, size)
+    if s.labels == "centred":
+        return z, x, jnp.zeros_like(shift)
+    return z, x, (z_shift - shift) / s.stride
 
 
 def make_siamfc_loss(settings: SiamFCSettings = SiamFCSettings()) -> Callable:

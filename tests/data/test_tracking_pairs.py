@@ -6,7 +6,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ebm_jax.data.tracking_pairs import pair_batches, target_region, usable_frames
+from ebm_jax.data.tracking_pairs import (
+    PORT_PAIRS,
+    pair_batches,
+    target_region,
+    usable_frames,
+)
 
 
 @dataclasses.dataclass
@@ -47,6 +52,42 @@ def test_usable_frames_filter():
     cover[6] = 3  # cover bins: 3/8 < 0.5
     seq = FakeSequence(b, cover=cover)
     assert usable_frames(seq).tolist() == [0, 5, 7]
+
+
+def test_usable_frames_port_size_filter():
+    b = boxes(6, w=24.0, h=22.0)  # in a 160 x 120 frame
+    b[1, 2:] = [19.0, 19.0]  # a side under 20 px
+    b[2, 2:] = [85.0, 40.0]  # 85 > 0.5 x 160
+    b[3, 2:] = [60.0, 61.0]  # 61 > 0.5 x 120
+    b[4, :] = [1.0, 1.0, 40.0, 40.0]
+    seq = FakeSequence(b)
+    assert usable_frames(seq).tolist() == [0, 1, 2, 3, 4, 5]
+    port = {k: v for k, v in PORT_PAIRS.items() if k != "order"}
+    assert usable_frames(seq, **port).tolist() == [0, 4, 5]
+    big = FakeSequence(np.tile([1.0, 1.0, 600.0, 300.0], (2, 1)), image_size=(1000, 2000))
+    assert usable_frames(big, **port).tolist() == []  # 600 > 500 px
+    small = FakeSequence(np.tile([1.0, 1.0, 30.0, 30.0], (2, 1)), image_size=(4000, 4000))
+    assert usable_frames(small, **port).tolist() == []  # 30 < 0.01 x 4000
+
+
+def test_forward_order_puts_the_exemplar_first():
+    seqs = [FakeSequence(boxes(200))]
+    for order, check in (("forward", np.less), ("random", None)):
+        batches = pair_batches(seqs, batch_size=16, max_gap=50, seed=1, exemplar_size=31,
+                               search_size=63, order=order)
+        size = round(1.25 * 63)
+        z = np.concatenate([batches(s)["z_frames"][:, size // 2, size // 2, 0]
+                            for s in range(3)]).astype(int)
+        x = np.concatenate([batches(s)["x_frames"][:, size // 2, size // 2, 0]
+                            for s in range(3)]).astype(int)
+        if check is not None:
+            assert np.all(check(z, x))
+        else:  # both orders occur
+            assert np.any(z < x) and np.any(z > x)
+    with pytest.raises(ValueError, match="order must be one of"):
+        pair_batches(seqs, batch_size=2, max_gap=5, seed=0, order="backward")
+    with pytest.raises(ValueError, match="relative_size"):
+        pair_batches(seqs, batch_size=2, max_gap=5, seed=0, relative_size=(0.5, 0.1))
 
 
 def test_region_is_centred_on_the_target():

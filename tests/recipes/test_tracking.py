@@ -94,7 +94,26 @@ def test_the_rounded_tracker_crop_reuses_training_and_tracks_anew(tiny_run):
     assert all(0.0 <= r["auc"] <= 1.0 for r in rows)
 
 
+def test_the_port_training_preset_trains_its_own_stage(tiny_run):
+    """`siamfc_training=port`: a new Box-Siam stage whose identity records the port's
+    crops and pair sampler; the project's stage is untouched."""
+    root, _ = tiny_run
+    workdir = root / "runs"
+    before = {p.name for p in workdir.iterdir()}
+    report = run_experiment(tiny("--config.siamfc_training=port"), workdir=workdir,
+                            out=root / "out-port", progress=False, log=_quiet)
+    new = {p.name for p in workdir.iterdir()} - before
+    (stage,) = [n for n in new if n.startswith("box-siam-s0-")]
+    identity = json.loads((workdir / stage / "run.json").read_text())["config"]
+    assert identity["settings"]["train_search_size"] == 239
+    assert identity["settings"]["labels"] == "centred"
+    assert identity["pairs"]["order"] == "forward"
+    rows = report.payload["tables"]["generated-test"]["box-siam"]
+    assert all(0.0 <= r["auc"] <= 1.0 for r in rows)
+
+
 @pytest.mark.parametrize("override, message", [
+    ("siamfc_training=paper", "--config.siamfc_training"),
     ("steps=0", "--config.steps"),
     ("width=0.01", "--config.width"),
     ("seeds=1,1", "--config.seeds"),

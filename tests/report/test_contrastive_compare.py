@@ -70,7 +70,8 @@ OTHERS = {
 @pytest.mark.parametrize("recipe", sorted(OTHERS))
 def test_other_recipes_results_are_refused_in_one_line(tmp_path, capsys, recipe):
     """Two 1D or detection results gave KeyError: 'name', tracking ones a TypeError,
-    regression against contrastive "differ in data"."""
+    regression against contrastive "differ in data". Tracking and SoCL results go to
+    their own comparison, which refuses these malformed ones."""
     other = tmp_path / f"{recipe}.json"
     other.write_text(json.dumps(OTHERS[recipe]))
     contrastive = tmp_path / "c.json"
@@ -81,8 +82,13 @@ def test_other_recipes_results_are_refused_in_one_line(tmp_path, capsys, recipe)
                          "RESULTS_B")):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err == ("ebm-jax compare: error: compare supports contrastive results "
-                       f"(recipe contrastive); {which} {other} is a {recipe} result\n")
+        if recipe in ("tracking", "socl") and which == "RESULTS_A":
+            assert err == (f"ebm-jax compare: error: RESULTS_A {other} is not a tracking "
+                           f"or SoCL results.json (recipe '{recipe}'; tables of arms with "
+                           "rows per seed)\n")
+        else:
+            assert err == ("ebm-jax compare: error: compare supports contrastive results "
+                           f"(recipe contrastive); {which} {other} is a {recipe} result\n")
 
 
 def test_a_folder_a_list_and_other_json_are_one_line(tmp_path, capsys):
@@ -91,7 +97,7 @@ def test_a_folder_a_list_and_other_json_are_one_line(tmp_path, capsys):
     assert main(["compare", str(folder), "a", str(folder), "b"]) == 2
     assert capsys.readouterr().err == (f"ebm-jax compare: error: RESULTS_A {folder} is a "
                                        "directory without a results.json; give a "
-                                       "contrastive results.json\n")
+                                       "results.json\n")
     (folder / "results.json").write_text(json.dumps(_results({"moco": [0.3, 0.35, 0.4]})))
     assert main(["compare", str(folder), "moco", str(folder), "moco"]) == 0  # its results
     assert "| linear | +0.0 +- 0.0 |" in capsys.readouterr().out

@@ -8,6 +8,7 @@ import pytest
 
 from ebm_jax.ops.crops import box_to_center, crop_square, exemplar_side
 from ebm_jax.tracking.siamfc import (
+    PORT_TRAINING,
     SiamFCSettings,
     balanced_bce,
     cubic_upsample_matrix,
@@ -130,6 +131,38 @@ def test_training_crops_centre_the_target_and_report_its_offset():
     np.testing.assert_array_equal(np.asarray(again), offsets)
 
 
+def _bright_centroid(crop):
+    weight = np.clip(np.asarray(crop)[..., 0] - BACKGROUND, 0, None)
+    ys, xs = np.indices(weight.shape)
+    return np.array([(weight * ys).sum(), (weight * xs).sum()]) / weight.sum()
+
+
+@pytest.mark.parametrize("labels", ["follow", "centred"])
+def test_port_training_crops_shift_both_crops(labels):
+    """The port's crops: a 239 search crop, the exemplar moved too; with labels that
+    follow, the offset is where the exemplar's content matches in the search crop."""
+    settings = SiamFCSettings(**{**PORT_TRAINING, "labels": labels, "stretch": 0.0})
+    assert settings.training_search_size == 239 and settings.response_size == 17
+    frame = np.full((120, 160, 3), BACKGROUND, np.uint8)
+    box = np.array([61.0, 41.0, 21.0, 15.0])
+    frame[40:55, 60:81] = 250
+    frames = np.stack([frame] * 4)
+    boxes = np.stack([box] * 4).astype(np.float32)
+    z, x, offsets = jax.jit(training_crops, static_argnums=5)(
+        jax.random.key(5), frames, boxes, frames, boxes, settings)
+    assert z.shape == (4, 127, 127, 3) and x.shape == (4, 239, 239, 3)
+    offsets = np.asarray(offsets)
+    z_move = np.stack([_bright_centroid(c) for c in z]) - 63  # target from crop centre
+    x_move = np.stack([_bright_centroid(c) for c in x]) - 119
+    # each crop moved by up to 4 px (+ half a pixel of centroid error), independently
+    assert np.all(np.abs(z_move) <= 4.5) and np.all(np.abs(x_move) <= 4.5)
+    assert np.abs(z_move - x_move).max() > 0.5
+    if labels == "centred":
+        np.testing.assert_array_equal(offsets, 0.0)
+    else:  # the response peaks where the search target sits relative to the exemplar's
+        np.testing.assert_allclose(offsets * settings.stride, x_move - z_move, atol=0.5)
+
+
 @pytest.fixture(scope="module")
 def tiny_backbone():
     """`make()` -> a fresh SiamFCAlexNet of width 0.125, initialised in one compiled call
@@ -209,6 +242,17 @@ def test_settings_are_validated():
         SiamFCSettings(window_influence=1.5)
     with pytest.raises(ValueError, match="search_size"):
         SiamFCSettings(search_size=100)
+    with pytest.raises(ValueError, match="train_search_size"):
+        SiamFCSettings(train_search_size=100)
+    with pytest.raises(ValueError, match="labels"):
+        SiamFCSettings(labels="shifted")
+    with pytest.raises(ValueError, match="shift_exemplar"):
+        SiamFCSettings(shift_exemplar=1)
+    # identities keep the fields added later out at their defaults
+    assert set(SiamFCSettings().identity()) == set(SiamFCSettings.__dataclass_fields__) - {
+        "crop", "shift_exemplar", "train_search_size", "labels"}
+    port = SiamFCSettings(**PORT_TRAINING).identity()
+    assert (port["train_search_size"], port["labels"], port["shift"]) == (239, "centred", 4.0)
 
 
 # ------------------------------------------------------------------ tracker with an oracle
