@@ -81,6 +81,12 @@ class Config(tracking.Config):
     tau: float = SoCLSettings.tau
     theta_b: float = SoCLSettings.theta_b
     b_p: float = SoCLSettings.b_p
+    # the loss's choices the paper leaves open (`SoCLSettings`; the LST study's
+    # switches): the positive in eq. 9's denominator (InfoNCE) or not (as printed), eq.
+    # 10 for z_i and z_j or z_i alone, mix-ups of the batch's hardest SNS or the pair's
+    include_positive: bool = SoCLSettings.include_positive
+    symmetric: bool = SoCLSettings.symmetric
+    mix_scope: str = SoCLSettings.mix_scope
     theta_b_sweep: tuple[float, ...] = (0.5, 0.65, 0.8, 0.95)
     b_p_sweep: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
     alphas: tuple[float, ...] = (0.3, 0.5, 0.7)
@@ -130,6 +136,11 @@ class Config(tracking.Config):
         c.float_range("scale_jitter", 1.0, 4.0)
         for f in ("theta_b", "b_p"):
             c.float_range(f, 0.0, 1.0, open_low=True)
+        for f in ("include_positive", "symmetric"):
+            if not isinstance(getattr(self, f), bool):
+                raise ConfigError(f"--config.{f} must be True or False, got "
+                                  f"{getattr(self, f)!r}")
+        c.one_of("mix_scope", ("batch", "pair"))
         for f, values, low in (("theta_b_sweep", self.theta_b_sweep, 0.0),
                                ("b_p_sweep", self.b_p_sweep, 0.0),
                                ("alphas", self.alphas, 0.0),

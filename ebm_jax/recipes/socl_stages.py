@@ -188,11 +188,14 @@ def settings_identity(settings) -> dict:
 
 
 def socl_settings(cfg, overrides=()):
-    """SoCLSettings of the config's tau, theta_b and b_p with an arm's `overrides`
-    ((field, value) pairs)."""
+    """SoCLSettings of the config's tau, theta_b, b_p and loss switches
+    (include_positive, symmetric, mix_scope) with an arm's `overrides` ((field, value)
+    pairs)."""
     from ebm_jax.contrastive.socl import SoCLSettings
 
-    base = SoCLSettings(tau=cfg.tau, theta_b=cfg.theta_b, b_p=cfg.b_p)
+    base = SoCLSettings(tau=cfg.tau, theta_b=cfg.theta_b, b_p=cfg.b_p,
+                        include_positive=cfg.include_positive, symmetric=cfg.symmetric,
+                        mix_scope=cfg.mix_scope)
     return dataclasses.replace(base, **dict(overrides))
 
 

@@ -135,6 +135,7 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.b_p=0", "--config.b_p"),
     ("--config.alphas=0.5,1.5", "--config.alphas"),
     ("--config.budgets_hours=-1", "--config.budgets_hours"),
+    ("--config.mix_scope=video", "--config.mix_scope"),
     ("--config.dcf.learning_rate=0", "learning_rate"),
     ("--config.dcf.scale_num=4", "scale_num"),
     ("--config.sparse_every=0", "--config.sparse_every"),
@@ -289,3 +290,18 @@ def test_stages_record_the_later_loss_switches_only_when_set():
     assert ident["b_p"] == 0.6 and ident["include_positive"] is False
     assert settings_identity(SoCLSettings(symmetric=False))["symmetric"] is False
     assert settings_identity(SoCLSettings(mix_scope="pair"))["mix_scope"] == "pair"
+
+
+def test_the_loss_switches_are_config_fields_that_arms_override():
+    """The setting chosen on the validation split can be run on the test split:
+    --config.include_positive / symmetric / mix_scope set every arm's loss; an arm's own
+    override (the LST study's) still wins."""
+    from ebm_jax.recipes.socl_stages import socl_settings
+
+    cfg = tiny("table1", "--config.symmetric=False", "--config.mix_scope=pair",
+               "--config.include_positive=True")
+    s = socl_settings(cfg)
+    assert (s.symmetric, s.mix_scope, s.include_positive) == (False, "pair", True)
+    assert socl_settings(cfg, (("symmetric", True),)).symmetric is True
+    d = socl_settings(tiny("table1"))
+    assert (d.symmetric, d.mix_scope, d.include_positive) == (True, "batch", False)
