@@ -141,7 +141,7 @@ def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: s
                         isinstance(rows, list) and all(
                             isinstance(r, Mapping) and "seed" in r for r in rows)
                         for rows in arms.values())
-                    for arms in tables.values())):
+                    for set_name, arms in tables.items() if set_name != "static")):
             raise ValueError(f"{name} is not a tracking or SoCL results.json (recipe "
                              f"{recipe!r}; tables of arms with rows per seed)")
         configs.append(meta.get("config") or {})
@@ -158,6 +158,8 @@ def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: s
                              f"{', '.join(sorted(rows)) or 'none'})")
         return rows[label]
 
+    # (SoCL results hold their one evaluation set's arms under "arms"; a "static" table
+    # is the tracker that never moves, without seeds)
     sets = [s for s in results_a["tables"] if s in results_b["tables"] and s != "static"]
     if not sets:
         raise ValueError(f"{names[0]} and {names[1]} share no evaluation set")
