@@ -77,15 +77,21 @@ def test_rerun_resumes_training_and_evaluation(tiny_run):
     assert a["auc"] == pytest.approx(b["auc"], abs=1e-6)  # deterministic tracking
 
 
-def test_the_rounded_tracker_crop_reuses_training_and_tracks_anew(tiny_run):
-    """`tracker_crop=rounded`: the same Box-Siam stage (training crops are unchanged),
-    its own evaluation, whose identity records the crop."""
+def _rerun(tiny_run, override: str, out: str):
+    """The tiny run again with `override` in its work directory: (its work directory,
+    the report, the names of the directories it added)."""
     root, _ = tiny_run
     workdir = root / "runs"
     before = {p.name for p in workdir.iterdir()}
-    report = run_experiment(tiny("--config.tracker_crop=rounded"), workdir=workdir,
-                            out=root / "out-rounded", progress=False, log=_quiet)
-    new = {p.name for p in workdir.iterdir()} - before
+    report = run_experiment(tiny(override), workdir=workdir, out=root / out,
+                            progress=False, log=_quiet)
+    return workdir, report, {p.name for p in workdir.iterdir()} - before
+
+
+def test_the_rounded_tracker_crop_reuses_training_and_tracks_anew(tiny_run):
+    """`tracker_crop=rounded`: the same Box-Siam stage (training crops are unchanged),
+    its own evaluation, whose identity records the crop."""
+    workdir, report, new = _rerun(tiny_run, "--config.tracker_crop=rounded", "out-rounded")
     assert new and all(n.startswith("eval-") for n in new), new
     (box,) = [n for n in new if n.startswith("eval-box-siam-s0-")]
     identity = json.loads((workdir / box / "identity.json").read_text())
@@ -97,12 +103,7 @@ def test_the_rounded_tracker_crop_reuses_training_and_tracks_anew(tiny_run):
 def test_the_port_training_preset_trains_its_own_stage(tiny_run):
     """`siamfc_training=port`: a new Box-Siam stage whose identity records the port's
     crops and pair sampler; the project's stage is untouched."""
-    root, _ = tiny_run
-    workdir = root / "runs"
-    before = {p.name for p in workdir.iterdir()}
-    report = run_experiment(tiny("--config.siamfc_training=port"), workdir=workdir,
-                            out=root / "out-port", progress=False, log=_quiet)
-    new = {p.name for p in workdir.iterdir()} - before
+    workdir, report, new = _rerun(tiny_run, "--config.siamfc_training=port", "out-port")
     (stage,) = [n for n in new if n.startswith("box-siam-s0-")]
     identity = json.loads((workdir / stage / "run.json").read_text())["config"]
     assert identity["settings"]["train_search_size"] == 239
