@@ -2,7 +2,7 @@
 frames of one video less than `max_gap` frames apart, each cut on the host to a fixed-size
 square region around its target so that a batch stacks whatever the frame sizes; the
 jitted step then makes the exemplar and search crops (with their augmentation) from the
-regions (`ebm_jax.tracking.siamfc.training_crops`).
+regions (`ebm_jax.tracking.siamfc_training.training_crops`).
 
     batches = pair_batches(sequences, batch_size=8, max_gap=100, seed=0)
     batch = batches(step)   # {"z_frames", "z_boxes", "x_frames", "x_boxes"}

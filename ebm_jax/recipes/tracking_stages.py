@@ -26,7 +26,8 @@ from ebm_jax.config import ConfigError
 from ebm_jax.data.tracking_pairs import PORT_PAIRS
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.item_cache import ItemCache
-from ebm_jax.tracking.siamfc import PORT_TRAINING, SiamFCSettings
+from ebm_jax.tracking.siamfc import SiamFCSettings
+from ebm_jax.tracking.siamfc_training import PORT_TRAINING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +118,7 @@ SIAMFC = SiamFCSettings()
 
 # SiamFC's training pairs (`--config.siamfc_training`): the settings of its training
 # crops and the pair sampler's arguments (`pair_batches`), this project's or the
-# PyTorch port's (`siamfc.PORT_TRAINING`, `tracking_pairs.PORT_PAIRS`)
+# PyTorch port's (`siamfc_training.PORT_TRAINING`, `tracking_pairs.PORT_PAIRS`)
 SIAMFC_TRAINING = {
     "project": (SIAMFC, {}),
     "port": (dataclasses.replace(SIAMFC, **PORT_TRAINING), PORT_PAIRS),
@@ -243,7 +244,7 @@ def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
     import optax
 
     from ebm_jax.data.tracking_pairs import pair_batches
-    from ebm_jax.tracking.siamfc import make_siamfc_loss
+    from ebm_jax.tracking.siamfc_training import make_siamfc_loss
     from ebm_jax.train import create_train_state, make_train_step, merge_model
     from ebm_jax.train.stages import TrainStage
 

@@ -17,12 +17,15 @@ from ebm_jax.tracking.siamfc import (
     SiamFCSettings,
     Tracker,
     TrackerState,
-    balanced_bce,
-    make_labels,
-    make_siamfc_loss,
     make_tracker,
     model_embed,
     track_sequence,
+)
+from ebm_jax.tracking.siamfc_training import (
+    PORT_TRAINING,
+    balanced_bce,
+    make_labels,
+    make_siamfc_loss,
     training_crops,
 )
 from ebm_jax.tracking.socl_siam import make_socl_siam_loss
@@ -40,6 +43,7 @@ __all__ = [
     "DCFSettings",
     "DCFState",
     "DCFTracker",
+    "PORT_TRAINING",
     "SiamFCSettings",
     "TopMapSettings",
     "Tracker",

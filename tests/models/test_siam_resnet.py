@@ -73,7 +73,7 @@ def test_bad_levels_and_inputs_name_the_argument(net):
 
 def test_siamfc_loss_and_the_correlation_filter_run_on_it():
     from ebm_jax.tracking.dcf import DCFSettings, make_dcf_tracker
-    from ebm_jax.tracking.siamfc import make_siamfc_loss
+    from ebm_jax.tracking.siamfc_training import make_siamfc_loss
     from tests.tracking.drawn_targets import drawn_frame
 
     model = SiamResNet18(width=0.125, rngs=nnx.Rngs(0))

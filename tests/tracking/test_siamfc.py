@@ -8,16 +8,18 @@ import pytest
 
 from ebm_jax.ops.crops import box_to_center, crop_square, exemplar_side
 from ebm_jax.tracking.siamfc import (
-    PORT_TRAINING,
     SiamFCSettings,
-    balanced_bce,
     cubic_upsample_matrix,
     hann_window,
-    make_labels,
-    make_siamfc_loss,
     make_tracker,
     model_embed,
     track_sequence,
+)
+from ebm_jax.tracking.siamfc_training import (
+    PORT_TRAINING,
+    balanced_bce,
+    make_labels,
+    make_siamfc_loss,
     training_crops,
 )
 from tests.tolerances import assert_within, float32_sum_atol
