@@ -5,7 +5,7 @@
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:paper --config.methods=nce,nce+
     ebm-jax plot-metrics runs/regression1d                         # loss curves to PNG
     ebm-jax compare results/a/results.json moco results/b/results.json instdisc
-    ebm-jax compare results/port Box-Siam results/project Box-Siam   # by seed and sequence
+    ebm-jax compare results/port box-siam results/project box-siam   # by seed and sequence
     ebm-jax records images --data digits-on-photos --out data/dop16   # ArrayRecord
     ebm-jax run experiments/contrastive/moco_linear_eval.py:quick \
         --config.data=records --config.data_root=data/dop16 --config.loader=grain

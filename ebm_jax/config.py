@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
-import sys
 import types
 import typing
 from pathlib import Path
@@ -248,6 +247,11 @@ class Checks:
         if not ok:
             lo, hi = "(" if open_low else "[", ")" if open_high else "]"
             self._fail(field, v, f"a number in {lo}{low}, {high}{hi}")
+
+    def boolean(self, field: str) -> None:
+        v = getattr(self.cfg, field)
+        if not isinstance(v, bool):
+            self._fail(field, v, "True or False")
 
     def one_of(self, field: str, allowed) -> None:
         v = getattr(self.cfg, field)

@@ -136,10 +136,8 @@ class Config(tracking.Config):
         c.float_range("scale_jitter", 1.0, 4.0)
         for f in ("theta_b", "b_p"):
             c.float_range(f, 0.0, 1.0, open_low=True)
-        for f in ("include_positive", "symmetric"):
-            if not isinstance(getattr(self, f), bool):
-                raise ConfigError(f"--config.{f} must be True or False, got "
-                                  f"{getattr(self, f)!r}")
+        c.boolean("include_positive")
+        c.boolean("symmetric")
         c.one_of("mix_scope", ("batch", "pair"))
         for f, values, low in (("theta_b_sweep", self.theta_b_sweep, 0.0),
                                ("b_p_sweep", self.b_p_sweep, 0.0),

@@ -178,9 +178,7 @@ class Config:
         if len(set(self.box_head_methods)) != len(self.box_head_methods):
             raise ConfigError(f"--config.box_head_methods must be distinct, got "
                               f"{self.box_head_methods!r}")
-        if not isinstance(self.box_head_joint, bool):
-            raise ConfigError(f"--config.box_head_joint must be True or False, got "
-                              f"{self.box_head_joint!r}")
+        c.boolean("box_head_joint")
         # (a GOT-10k training split's size is known once read: `check`)
         c.int_range("validation_sequences", 0, self.num_train_sequences - 1
                     if self.train_data == "generated" else None)
@@ -267,8 +265,9 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
     if cfg.validation_sequences >= len(data.train):
         raise ConfigError(f"--config.validation_sequences ({cfg.validation_sequences}) "
                           f"must be fewer than the {len(data.train)} training sequences")
+    pairs = stages.SIAMFC_TRAINING[cfg.siamfc_training][1]
     pair_batches(training_split(data, cfg)[0], batch_size=cfg.batch_size,
-                 max_gap=cfg.max_gap, seed=0, **stages.SIAMFC_TRAINING[cfg.siamfc_training][1])
+                 max_gap=cfg.max_gap, seed=0, **pairs)
     return data
 
 

@@ -121,6 +121,24 @@ TEST_DATA_FIELDS = ("train_data", "got10k_root", "otb_root", "num_test_sequences
                     "num_frames", "frame_height", "frame_width", "seed")
 
 
+def _tracking_config(results, name: str) -> Mapping:
+    """The config of a tracking or SoCL results.json (tables {set: {arm: rows per seed}},
+    SoCL's "static" table aside); a ValueError naming `name` for anything else."""
+    meta = results.get("ebm_jax") if isinstance(results, Mapping) else None
+    recipe = meta.get("recipe") if isinstance(meta, Mapping) else None
+    tables = results.get("tables") if isinstance(results, Mapping) else None
+    arms = [a for s, a in tables.items() if s != "static"] if isinstance(
+        tables, Mapping) else None
+    rows = [r for a in arms or () if isinstance(a, Mapping) for r in a.values()]
+    if (recipe not in ("tracking", "socl") or arms is None
+            or not all(isinstance(a, Mapping) for a in arms)
+            or not all(isinstance(r, list) and all(isinstance(x, Mapping) and "seed" in x
+                                                   for x in r) for r in rows)):
+        raise ValueError(f"{name} is not a tracking or SoCL results.json (recipe "
+                         f"{recipe!r}; tables of arms with rows per seed)")
+    return meta.get("config") or {}
+
+
 def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: str, *,
                     names: tuple[str, str] = ("A", "B")) -> str:
     """Arm `arm_a` of one tracking or SoCL results.json minus arm `arm_b` of another
@@ -130,26 +148,12 @@ def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: s
     with both standard errors; `*` where the mean is beyond twice the larger."""
     from ebm_jax.report.statistics import paired_seeds_and_sequences
 
-    configs = []
-    for results, name in zip((results_a, results_b), names):
-        meta = results.get("ebm_jax") if isinstance(results, Mapping) else None
-        recipe = meta.get("recipe") if isinstance(meta, Mapping) else None
-        tables = results.get("tables") if isinstance(results, Mapping) else None
-        if recipe not in ("tracking", "socl") or not (
-                isinstance(tables, Mapping) and all(
-                    isinstance(arms, Mapping) and all(
-                        isinstance(rows, list) and all(
-                            isinstance(r, Mapping) and "seed" in r for r in rows)
-                        for rows in arms.values())
-                    for set_name, arms in tables.items() if set_name != "static")):
-            raise ValueError(f"{name} is not a tracking or SoCL results.json (recipe "
-                             f"{recipe!r}; tables of arms with rows per seed)")
-        configs.append(meta.get("config") or {})
+    ca, cb = (_tracking_config(r, n) for r, n in zip((results_a, results_b), names))
     for field in TEST_DATA_FIELDS:
-        if field in configs[0] and field in configs[1] and configs[0][field] != configs[1][field]:
+        if field in ca and field in cb and ca[field] != cb[field]:
             raise ValueError(f"{names[0]} and {names[1]} differ in {field} "
-                             f"({configs[0][field]!r} vs {configs[1][field]!r}): arms "
-                             "compare by sequence only on the same test data")
+                             f"({ca[field]!r} vs {cb[field]!r}): arms compare by "
+                             "sequence only on the same test data")
 
     def arm(results, label, name, set_name):
         rows = results["tables"][set_name]

@@ -44,8 +44,8 @@ class SiamFCSettings:
     `shift` crop pixels per axis (and of the exemplar's with `shift_exemplar`), a search
     crop of `train_search_size` (None: `search_size`), labels that follow the shifts
     (`labels="follow"`) or stay at the response centre (`"centred"`, the port's). The
-    defaults are this project's; `siamfc_training.PORT_TRAINING` holds the port's. `crop`: the tracker's
-    crops, "continuous" (`crop_square`, the default) or "rounded"
+    defaults are this project's; `siamfc_training.PORT_TRAINING` holds the port's.
+    `crop`: the tracker's crops, "continuous" (`crop_square`, the default) or "rounded"
     (`crop_square_rounded`, the port's whole pixel corners); training crops are always
     continuous.
     """

@@ -136,6 +136,7 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.alphas=0.5,1.5", "--config.alphas"),
     ("--config.budgets_hours=-1", "--config.budgets_hours"),
     ("--config.mix_scope=video", "--config.mix_scope"),
+    ("--config.symmetric=maybe", "--config.symmetric"),
     ("--config.dcf.learning_rate=0", "learning_rate"),
     ("--config.dcf.scale_num=4", "scale_num"),
     ("--config.sparse_every=0", "--config.sparse_every"),
