@@ -192,14 +192,19 @@ def pretrained_backbone(cfg, ctx, data):
     return _pretrained_encoder(cfg, ctx, data).backbone
 
 
-def probe(cfg, ctx, data) -> dict:
+def probe(cfg, ctx, data, split: str = "test") -> dict:
     """kNN (k = 20) and linear accuracy (%) on digits-on-photos of the cell-mean embedding
     of the MoCo backbone (`pretrained_backbone`) and of the same backbone at random
-    initialisation (the MoCo stage's own initial weights); cached per MoCo stage."""
+    initialisation (the MoCo stage's own initial weights); cached per MoCo stage.
+    `split="val"` scores held-out training digits on training photos instead of the
+    test split: the split to choose `cfg.moco`'s settings on."""
+    if split not in ("test", "val"):
+        raise ValueError(f"split must be 'test' or 'val', got {split!r}")
     stage = moco_stage(cfg, data)
     m = cfg.moco
     identity = {"pretraining": stage.full_identity, "size": m.probe_size,
-                "epochs": m.probe_epochs, "k": 20}
+                "epochs": m.probe_epochs, "k": 20,
+                **({"split": split} if split != "test" else {})}
 
     def compute() -> dict:
         from flax import nnx
@@ -211,8 +216,9 @@ def probe(cfg, ctx, data) -> dict:
                                                train_linear_classifier)
         from ebm_jax.models.tracking_backbones import PooledEncoder
 
-        digits = load_digits_on_photos(m.probe_size, seed=0)
-        out = {"images": [len(digits.train_images), len(digits.test_images)]}
+        digits = load_digits_on_photos(m.probe_size, seed=0, split=split)
+        out = {"split": split,
+               "images": [len(digits.train_images), len(digits.test_images)]}
         trained = _pretrained_encoder(cfg, ctx, data)
         random = PooledEncoder(cfg.backbone, width=cfg.width, dim=m.dim,
                                rngs=nnx.Rngs(stage.key(ctx, "init")))

@@ -110,13 +110,28 @@ def test_the_probe_scores_moco_beside_random_and_is_cached(moco_run):
     assert json.loads(cached.read_text())["result"]["moco"] == result["moco"]
 
 
+def test_the_probe_on_validation_holds_out_training_digits_and_caches_apart(moco_run):
+    from ebm_jax.recipes.backbone_pretraining import probe
+
+    cfg, ctx, data = moco_run
+    test = probe(cfg, ctx, data)
+    val = probe(cfg, ctx, data, split="val")
+    # 201 of the 1347 training digits (15% of each class, rounded per class) held out,
+    # 4 copies each; 2 copies of the other 1146 train
+    assert val["split"] == "val" and val["images"] == [2 * 1146, 4 * 201]
+    assert len(list(ctx.workdir.glob("moco-probe-*/result.json"))) == 2
+    assert probe(cfg, ctx, data) == test
+    with pytest.raises(ValueError, match="split must be 'test' or 'val'"):
+        probe(cfg, ctx, data, split="train")
+
+
 @pytest.mark.slow
 def test_box_siam_from_the_moco_start_trains_tracks_and_reports_it(tmp_path):
     report = run_experiment(tiny(*MOCO), workdir=tmp_path / "runs", out=tmp_path / "out",
                             progress=False, log=_quiet)
     text = (tmp_path / "out" / "results.md").read_text()
     assert "ResNet-18 (MoCo) width 0.125" in text and "Backbone start: MoCo" in text
-    assert set(report.payload["start"]["probe"]) == {"images", "random", "moco"}
+    assert set(report.payload["start"]["probe"]) == {"split", "images", "random", "moco"}
     (stage,) = (tmp_path / "runs").glob("box-siam-s0-*")
     config = json.loads((stage / "run.json").read_text())["config"]
     assert config["moco"]["stage"] == "moco-s0"
