@@ -139,6 +139,17 @@ def _tracking_config(results, name: str) -> Mapping:
     return meta.get("config") or {}
 
 
+def _evaluation_sets(results) -> dict:
+    """{evaluation set: {arm: rows per seed}} of a tracking or SoCL results.json. SoCL
+    results hold their one set's arms under "arms", its name in "split" (the tracking
+    recipe's "generated-<split>"); their "static" table, the tracker that never moves,
+    has no seeds."""
+    tables = results["tables"]
+    if results["ebm_jax"]["recipe"] == "socl":
+        return {f"generated-{results.get('split', 'test')}": tables["arms"]}
+    return {s: a for s, a in tables.items() if s != "static"}
+
+
 def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: str, *,
                     names: tuple[str, str] = ("A", "B")) -> str:
     """Arm `arm_a` of one tracking or SoCL results.json minus arm `arm_b` of another
@@ -155,22 +166,22 @@ def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: s
                              f"({ca[field]!r} vs {cb[field]!r}): arms compare by "
                              "sequence only on the same test data")
 
-    def arm(results, label, name, set_name):
-        rows = results["tables"][set_name]
+    sets_a, sets_b = _evaluation_sets(results_a), _evaluation_sets(results_b)
+
+    def arm(sets, label, name, set_name):
+        rows = sets[set_name]
         if label not in rows:
             raise ValueError(f"{name}: no arm {label!r} on {set_name} (its arms: "
                              f"{', '.join(sorted(rows)) or 'none'})")
         return rows[label]
 
-    # (SoCL results hold their one evaluation set's arms under "arms"; a "static" table
-    # is the tracker that never moves, without seeds)
-    sets = [s for s in results_a["tables"] if s in results_b["tables"] and s != "static"]
+    sets = [s for s in sets_a if s in sets_b]
     if not sets:
         raise ValueError(f"{names[0]} and {names[1]} share no evaluation set")
     body = []
     for set_name in sets:
-        a = arm(results_a, arm_a, names[0], set_name)
-        b = arm(results_b, arm_b, names[1], set_name)
+        a = arm(sets_a, arm_a, names[0], set_name)
+        b = arm(sets_b, arm_b, names[1], set_name)
         d = paired_seeds_and_sequences(a, b)
         if len(d["seeds"]) < 2:
             raise ValueError(f"a paired comparison needs at least 2 seeds both arms have; "

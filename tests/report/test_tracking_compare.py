@@ -19,7 +19,7 @@ def _results(arms, *, recipe="tracking", num_frames=80):
     tables = ({"generated-test": rows} if recipe == "tracking"
               else {"arms": rows, "static": {"auc": 0.1, "precision": 0.1}})
     return {"ebm_jax": {"recipe": recipe, "config": {"num_frames": num_frames, "seed": 0}},
-            "tables": tables}
+            "tables": tables, **({"split": "test"} if recipe == "socl" else {})}
 
 
 A = {"Box-Siam": [[0.5, 0.3], [0.6, 0.2], [0.4, 0.2]]}
@@ -49,7 +49,16 @@ def test_a_clear_difference_is_starred_and_the_cli_reads_folders(tmp_path, capsy
         (folder / "results.json").write_text(json.dumps(_results(arms, recipe="socl")))
     assert main(["compare", str(a), "Box-Siam", str(b), "random"]) == 0
     out = capsys.readouterr().out
-    assert "| Box-Siam - random |" in out and "| arms | +31.7 *" in out
+    assert "| Box-Siam - random |" in out and "| generated-test | +31.7 *" in out
+
+
+def test_a_socl_arm_pairs_with_the_tracking_recipes_box_siam():
+    # SoCL's one evaluation set is the tracking recipe's generated-<split>
+    mixed = compare_results(_results(A, recipe="socl"), "Box-Siam", _results(B), "Box-Siam")
+    assert mixed == compare_results(_results(A), "Box-Siam", _results(B), "Box-Siam")
+    validation = {**_results(A, recipe="socl"), "split": "validation"}
+    with pytest.raises(ValueError, match="share no evaluation set"):
+        compare_results(validation, "Box-Siam", _results(B), "Box-Siam")
 
 
 def test_mismatches_are_one_line_errors():
