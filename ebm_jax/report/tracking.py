@@ -146,7 +146,7 @@ def _evaluation_sets(results) -> dict:
     has no seeds."""
     tables = results["tables"]
     if results["ebm_jax"]["recipe"] == "socl":
-        return {f"generated-{results.get('split', 'test')}": tables["arms"]}
+        return {f"generated-{results.get('split', 'test')}": tables.get("arms", {})}
     return {s: a for s, a in tables.items() if s != "static"}
 
 
