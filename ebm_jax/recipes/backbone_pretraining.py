@@ -32,7 +32,7 @@ import numpy as np
 
 from ebm_jax.config import ConfigError
 
-__all__ = ["MoCoPretraining", "moco_stage", "pretrained_backbone", "probe"]
+__all__ = ["MoCoPretraining", "moco_stage", "moco_training", "pretrained_backbone", "probe"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +108,11 @@ def moco_stage(cfg, data):
     m = cfg.moco
     settings = {k: v for k, v in dataclasses.asdict(m).items()
                 if k not in ("probe_size", "probe_epochs")}
+    # "key_encoder": stages trained before the key encoder followed the query encoder
+    # (it was left at its random start, so nothing was learned) are not reused
     identity = {"backbone": cfg.backbone, "width": cfg.width, "moco": settings,
-                "frames": data_identity, "photos": list(PHOTO_POOLS["train"])}
+                "frames": data_identity, "photos": list(PHOTO_POOLS["train"]),
+                "key_encoder": "momentum"}
     every = max(1, m.steps // 20)
     return TrainStage(f"moco-s{m.seed}", identity, m.steps, log_every=every,
                       save_every=every * 5)
@@ -125,8 +128,11 @@ def _encoder_factory(cfg, num_splits: int):
     return make
 
 
-def _train(cfg, ctx, data):
-    """(graphdef, final train state) of the MoCo stage, trained or resumed."""
+def moco_training(cfg, ctx, data):
+    """(stage, graphdef, initial train state, jitted step, batches) of the MoCo stage:
+    the optimizer moves the query encoder only (`QUERY_PARAMS`); the key encoder is
+    the momentum average of it, written by the loss (`make_moco_loss`) and carried in
+    the state's non-trainable part. `batches(s)` is step s's images in [0, 1]."""
     import optax
     from flax import nnx
 
@@ -135,23 +141,24 @@ def _train(cfg, ctx, data):
     from ebm_jax.data.pipeline import batch_indices
     from ebm_jax.data.tracking import PHOTO_POOLS
     from ebm_jax.data.tracking_render import load_photo
-    from ebm_jax.models.contrastive import MoCo
+    from ebm_jax.models.contrastive import make_contrastive_model
     from ebm_jax.ops.augment import get_augment
     from ebm_jax.train import create_train_state, make_train_step
-    from ebm_jax.train.checkpoint import latest_step
 
     m = cfg.moco
     check_queue_size(m.queue_size, m.batch_size)
     stage = moco_stage(cfg, data)
-    model = MoCo(_encoder_factory(cfg, m.num_splits), queue_size=m.queue_size, dim=m.dim,
-                 rngs=nnx.Rngs(stage.key(ctx, "init")))
+    built = make_contrastive_model("moco", _encoder_factory(cfg, m.num_splits), dim=m.dim,
+                                   queue_size=m.queue_size, num_items=m.crops,
+                                   num_classes=0, rngs=nnx.Rngs(stage.key(ctx, "init")))
     opt = optax.chain(optax.add_decayed_weights(m.weight_decay),
                       optax.sgd(optax.cosine_decay_schedule(m.lr, m.steps), momentum=0.9))
-    graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
+    graphdef, state = create_train_state(built.model, opt, stage.key(ctx, "train"),
+                                         trainable=built.trainable)
     loss = make_moco_loss(momentum=m.momentum, temperature=m.temperature,
                           augment=get_augment(m.augment), image_size=m.input_size,
                           shuffle="batch")
-    step = make_train_step(graphdef, loss, opt, ctx.mesh)
+    step = make_train_step(graphdef, loss, opt, ctx.mesh, trainable=built.trainable)
     crops = []  # built on the first batch asked for: a finished stage reads no frame
 
     def batches(s):
@@ -164,6 +171,15 @@ def _train(cfg, ctx, data):
         idx = batch_indices(ctx.seed_of(stage.name, "batches"), s, m.crops, m.batch_size)
         return crops[0][idx].astype(np.float32) / 255.0
 
+    return stage, graphdef, state, step, batches
+
+
+def _train(cfg, ctx, data):
+    """(graphdef, final train state) of the MoCo stage, trained or resumed."""
+    from ebm_jax.train.checkpoint import latest_step
+
+    m = cfg.moco
+    stage, graphdef, state, step, batches = moco_training(cfg, ctx, data)
     if (latest_step(stage.dir(ctx)) or 0) < m.steps:
         ctx.log(f"stage {stage.name} (MoCo pretraining of {cfg.backbone}): {m.steps} steps "
                 f"of {m.batch_size} crops ({m.input_size} px views of {m.crops} crops)")

@@ -81,6 +81,39 @@ def test_the_start_is_the_moco_query_backbone_trained_once(moco_run):
         ts.backbone_identity(cfg)
 
 
+def test_the_key_encoder_is_the_momentum_average_of_the_query_encoder(moco_run):
+    """One MoCo step: the optimizer moves the query encoder only, and the key encoder
+    becomes m * key + (1 - m) * query of the weights before the step (eq. 2 of He et
+    al.), not a random network that weight decay shrinks."""
+    import jax
+    from flax import nnx
+
+    from ebm_jax.recipes.backbone_pretraining import moco_training
+    from ebm_jax.train import merge_model
+
+    cfg, ctx, data = moco_run
+    _, graphdef, state, step, batches = moco_training(cfg, ctx, data)
+    before = merge_model(graphdef, state)
+    query0, key0 = (jax.tree.map(np.array, nnx.state(e, nnx.Param))
+                    for e in (before.query, before.key_encoder))
+    # the key encoder starts as a copy of the query encoder: move the query first so
+    # that the average is told apart from either
+    state = state.replace(params=jax.tree.map(lambda p: p + 0.5, state.params))
+    query0 = jax.tree.map(lambda p: p + 0.5, query0)
+    state, _ = step(state, batches(0))
+    after = merge_model(graphdef, state)
+    m = cfg.moco.momentum
+    leaves = zip(jax.tree.leaves(nnx.state(after.key_encoder, nnx.Param)),
+                 jax.tree.leaves(key0), jax.tree.leaves(query0))
+    for k1, k0, q0 in leaves:
+        # one multiply-add per weight in float32: a few ulps of the weights' scale
+        np.testing.assert_allclose(np.asarray(k1), m * k0 + (1 - m) * q0,
+                                   rtol=1e-6, atol=1e-6)
+    moved = [not np.array_equal(np.asarray(a), b) for a, b in zip(
+        jax.tree.leaves(nnx.state(after.query, nnx.Param)), jax.tree.leaves(query0))]
+    assert any(moved)
+
+
 def test_a_validation_split_is_left_out_of_the_pretraining_frames(moco_run):
     import dataclasses
 
