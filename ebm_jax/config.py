@@ -141,8 +141,13 @@ def parse_value(text: str, typ, field: str):
     origin = typing.get_origin(typ)
     args = typing.get_args(typ)
     if origin in (typing.Union, types.UnionType):
-        if type(None) in args and text.strip().lower() in ("none", "null", ""):
+        if type(None) in args and text.strip().lower() in ("none", "null"):
             return None
+        if type(None) in args and not text.strip():
+            # an empty value is not "no value": `--config.pretrained=` with a forgotten
+            # path must not silently train from a random start
+            raise ConfigError(f"--config.{field} is empty: give a value, or "
+                              f"--config.{field}=none for none")
         rest = [a for a in args if a is not type(None)]
         errors = []
         for a in rest:

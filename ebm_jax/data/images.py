@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ from ebm_jax.data.labelled_images import (  # noqa: F401 (the checks re-exported
     stratified_split,
 )
 from ebm_jax.data.records import image_data_from_records, open_records
+from ebm_jax.safe_pickle import NUMPY_ARRAYS, PickleRefusedError, restricted_load_file
 
 OPENCV_DIGITS = Path("/usr/share/doc/opencv-doc/examples/data/digits.png")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm")
@@ -104,6 +104,25 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
                    "horse", "ship", "truck")
 
 
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, 3, 32, 32) uint8, labels (N,) int32) of one CIFAR-10 python batch,
+    read by the restricted unpickler (dicts, lists, bytes and plain NumPy arrays only:
+    a batch that names anything else is refused, nothing in it runs)."""
+    try:
+        d = restricted_load_file(path, NUMPY_ARRAYS, encoding="bytes")
+    except PickleRefusedError as error:
+        raise ValueError(f"CIFAR-10 batch {error}") from error
+    data = d.get(b"data") if isinstance(d, dict) else None
+    labels = d.get(b"labels") if isinstance(d, dict) else None
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2
+            and data.shape[1] == 3 * 32 * 32 and isinstance(labels, list)
+            and len(labels) == len(data) and all(isinstance(v, int) and 0 <= v < 10
+                                                 for v in labels)):
+        raise ValueError(f"CIFAR-10 batch {path} is not a dict of b'data' (N x 3072 uint8) "
+                         "and b'labels' (N ints in 0..9)")
+    return data.reshape(-1, 3, 32, 32), np.asarray(labels, np.int32)
+
+
 def load_cifar10(root: str | os.PathLike) -> ImageData:
     """CIFAR-10 from its python version (`root` is `cifar-10-batches-py` or its
     parent): 50000 train and 10000 test images, 32x32x3."""
@@ -120,10 +139,9 @@ def load_cifar10(root: str | os.PathLike) -> ImageData:
     def read(paths):
         xs, ys = [], []
         for p in paths:
-            with open(p, "rb") as f:
-                d = pickle.load(f, encoding="bytes")
-            xs.append(np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32))
-            ys.append(np.asarray(d[b"labels"], np.int32))
+            x, y = _read_cifar_batch(p)
+            xs.append(x)
+            ys.append(y)
         x = np.concatenate(xs).transpose(0, 2, 3, 1).astype(np.float32) / 255.0
         return x, np.concatenate(ys)
 

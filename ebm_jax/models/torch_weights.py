@@ -8,10 +8,13 @@ into `SiamResNet18`.
 1.6: `<archive>/data.pkl` and one `<archive>/data/<key>` file of raw little-endian
 bytes per storage) and the legacy one (a magic number, a protocol number, the system
 info, the pickled object, the list of storage keys, then each storage as an int64
-element count and its bytes). The pickles are read by an unpickler that knows only the
+element count and its bytes). Every pickle of both formats goes through the project's
+one restricted unpickler (`ebm_jax.safe_pickle`): the state dict's may name only the
 handful of globals a state dict needs (OrderedDict, the tensor and parameter rebuild
-functions, the typed storages): a checkpoint that names anything else is refused, so
-reading a file never runs code from it.
+functions, the typed storages), the legacy header's none at all, so reading a file
+never runs code from it. Sizes are checked against the file before anything is
+allocated: a storage larger than the bytes left, a tensor larger than its storage, a
+zip whose members expand past `MAX_EXPANSION` times the file are refused.
 
 `load_torchvision_resnet18` converts layouts (a PyTorch kernel (out, in, kh, kw) is
 Flax's (kh, kw, in, out)) and copies the batch-norm statistics (running mean and
@@ -21,8 +24,7 @@ variance; `num_batches_tracked` is not used), layer by layer, checking every sha
 from __future__ import annotations
 
 import collections
-import io
-import pickle
+import math
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,8 +32,13 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
+from ebm_jax.safe_pickle import PickleRefusedError, restricted_load
+
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
+# a zip's members may expand to at most this many times the file's length (torch.save
+# stores them uncompressed, so a real checkpoint expands to less than its file)
+MAX_EXPANSION = 4
 
 _STORAGE_DTYPES = {
     "FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
@@ -49,22 +56,36 @@ class _StorageType:
     """Stands in for `torch.<Name>Storage` in a pickle: only its dtype matters."""
 
     def __init__(self, name: str):
-        if _STORAGE_DTYPES.get(name) is None:
-            raise TorchCheckpointError(f"storages of type torch.{name} are not supported")
-        self.name, self.dtype = name, np.dtype(_STORAGE_DTYPES[name])
+        self.name = name
+        self.dtype = None if _STORAGE_DTYPES[name] is None else np.dtype(_STORAGE_DTYPES[name])
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_):
     """torch._utils._rebuild_tensor_v2 / _rebuild_tensor: a strided view of the storage
-    (the legacy format fills storages after the pickle: copied once the file is read)."""
+    (the legacy format fills storages after the pickle: copied once the file is read).
+    A tensor with more elements than its storage, or that reaches outside it, is
+    refused: its copy would allocate what the file does not hold."""
+    if not isinstance(storage, np.ndarray):
+        raise TorchCheckpointError(f"a tensor over {type(storage).__name__}, not a storage")
     flat = storage
-    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    try:
+        offset = int(offset)
+        size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    except (TypeError, ValueError) as error:
+        raise TorchCheckpointError(f"a tensor with size {size!r} and stride {stride!r}: "
+                                   "not integers") from error
+    if len(size) != len(stride) or offset < 0 or min(size + stride, default=0) < 0:
+        raise TorchCheckpointError(f"a tensor of size {size}, stride {stride} and offset "
+                                   f"{offset} is not a view of a storage")
     if not size:
+        if offset >= flat.size:
+            raise TorchCheckpointError(f"a scalar at offset {offset} overruns its storage "
+                                       f"of {flat.size} elements")
         return flat[offset:offset + 1].reshape(())
-    needed = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
     if any(n == 0 for n in size):
         return np.zeros(size, flat.dtype)
-    if needed > flat.size:
+    needed = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1
+    if needed > flat.size or math.prod(size) > flat.size:
         raise TorchCheckpointError(f"a tensor of size {size} and stride {stride} at offset "
                                    f"{offset} overruns its storage of {flat.size} elements")
     return np.lib.stride_tricks.as_strided(flat[offset:], size,
@@ -75,112 +96,177 @@ def _rebuild_parameter(data, *_):
     return data
 
 
+# The globals a state dict needs; `torch.<Name>Storage` stand for their dtypes.
 _GLOBALS = {
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
     ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    **{("torch", name): _StorageType(name) for name in _STORAGE_DTYPES},
 }
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, load_storage):
-        super().__init__(file)
-        self._load_storage = load_storage
+def _persistent_storage(load_storage):
+    """The persistent-id hook of a state dict's pickle: ("storage", type, key, location,
+    numel[, view]) -> `load_storage(key, dtype, numel)`."""
 
-    def find_class(self, module, name):
-        if (module, name) in _GLOBALS:
-            return _GLOBALS[(module, name)]
-        if module == "torch" and name.endswith("Storage"):
-            return _StorageType(name)
-        raise TorchCheckpointError(f"the checkpoint names {module}.{name}, which a state "
-                                   "dict of tensors does not need: refused")
-
-    def persistent_load(self, pid):
-        if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
+    def persistent_load(pid):
+        if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
             raise TorchCheckpointError(f"unexpected persistent id {pid!r}")
-        storage_type, key, numel = pid[1], str(pid[2]), int(pid[4])
+        storage_type, key = pid[1], str(pid[2])
         if not isinstance(storage_type, _StorageType):
             raise TorchCheckpointError(f"unexpected storage type {storage_type!r}")
+        if storage_type.dtype is None:
+            raise TorchCheckpointError(f"storages of type torch.{storage_type.name} are "
+                                       "not supported")
+        try:
+            numel = int(pid[4])
+        except (TypeError, ValueError) as error:
+            raise TorchCheckpointError(f"storage {key}: size {pid[4]!r}") from error
+        if numel < 0:
+            raise TorchCheckpointError(f"storage {key} declares {numel} elements")
         if len(pid) > 5 and pid[5] is not None:
             raise TorchCheckpointError("storage views (legacy format) are not supported")
-        return self._load_storage(key, storage_type.dtype, numel)
+        return load_storage(key, storage_type.dtype, numel)
+
+    return persistent_load
 
 
-def _read_zip(path: Path) -> dict:
+def _load(data, path: Path, part: str, *, offset: int = 0, load_storage=None,
+          allowed=_GLOBALS):
+    """(object, end) of one pickle of a checkpoint, through the restricted unpickler."""
+    try:
+        return restricted_load(
+            data, allowed, what=f"{path} ({part})", offset=offset,
+            persistent_load=None if load_storage is None else _persistent_storage(load_storage))
+    except PickleRefusedError as error:
+        raise TorchCheckpointError(str(error)) from error
+    except TorchCheckpointError as error:
+        raise TorchCheckpointError(f"{path} ({part}): {error}") from error
+
+
+def _read_zip(path: Path, file_size: int) -> dict:
     with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-        pkl = [n for n in names if n.endswith("/data.pkl") or n == "data.pkl"]
+        infos = {info.filename: info for info in archive.infolist()}
+        pkl = [n for n in infos if n.endswith("/data.pkl") or n == "data.pkl"]
         if len(pkl) != 1:
             raise TorchCheckpointError(f"{path}: a zip without one data.pkl is not a "
                                        "PyTorch checkpoint")
         prefix = pkl[0][:-len("data.pkl")]
+        budget = [MAX_EXPANSION * file_size]  # bytes the members may still expand to
         cache = {}
+
+        def read_member(name: str) -> bytes:
+            info = infos.get(name)
+            if info is None:
+                raise TorchCheckpointError(f"{path}: no member {name}")
+            budget[0] -= info.file_size
+            if budget[0] < 0:
+                raise TorchCheckpointError(
+                    f"{path}: its members expand to more than {MAX_EXPANSION} x the "
+                    f"file's {file_size} bytes (a zip bomb?); torch.save stores them "
+                    "uncompressed: refused before expanding them")
+            return archive.read(name)
 
         def load_storage(key, dtype, numel):
             if key not in cache:
-                raw = archive.read(f"{prefix}data/{key}")
-                if len(raw) < numel * dtype.itemsize:
-                    raise TorchCheckpointError(f"{path}: storage {key} holds {len(raw)} "
-                                               f"bytes, {numel} x {dtype} needs more")
+                name = f"{prefix}data/{key}"
+                info = infos.get(name)
+                if info is None or info.file_size < numel * dtype.itemsize:
+                    have = "no" if info is None else f"{info.file_size}"
+                    raise TorchCheckpointError(f"storage {key} holds {have} bytes, {numel} "
+                                               f"x {dtype} needs more")
+                raw = read_member(name)
                 cache[key] = np.frombuffer(raw, dtype.newbyteorder("<"), count=numel)
             return cache[key]
 
-        return _Unpickler(io.BytesIO(archive.read(pkl[0])), load_storage).load()
-
-
-def _read_legacy(path: Path) -> dict:
-    with open(path, "rb") as f:
-        try:
-            magic = pickle.load(f)
-        except Exception as error:  # noqa: BLE001 (any unreadable start)
-            raise TorchCheckpointError(f"{path} is neither a zip nor a legacy PyTorch "
-                                       f"checkpoint ({error})") from error
-        if magic != LEGACY_MAGIC:
-            raise TorchCheckpointError(f"{path} is not a PyTorch checkpoint (magic number "
-                                       f"{magic!r})")
-        protocol = pickle.load(f)
-        if protocol != LEGACY_PROTOCOL:
-            raise TorchCheckpointError(f"{path}: legacy protocol {protocol!r} is not "
-                                       f"{LEGACY_PROTOCOL}")
-        sys_info = pickle.load(f)
-        if not sys_info.get("little_endian", True):
-            raise TorchCheckpointError(f"{path} was written big-endian: not supported")
-        wanted = {}  # key -> (dtype, numel, array filled below)
-
-        def load_storage(key, dtype, numel):
-            if key not in wanted:
-                wanted[key] = np.empty(numel, dtype)
-            return wanted[key]
-
-        result = _Unpickler(f, load_storage).load()
-        keys = pickle.load(f)
-        for key in keys:
-            count = int(np.frombuffer(f.read(8), "<i8")[0])
-            target = wanted.get(str(key))
-            if target is None:
-                raise TorchCheckpointError(f"{path}: storage {key} is not referenced")
-            raw = f.read(count * target.itemsize)
-            if count != target.size or len(raw) != count * target.itemsize:
-                raise TorchCheckpointError(f"{path}: storage {key} is cut short or has "
-                                           f"{count} elements, {target.size} expected")
-            target[:] = np.frombuffer(raw, target.dtype.newbyteorder("<"))
+        data = read_member(pkl[0])
+        result, end = _load(data, path, pkl[0], load_storage=load_storage)
+        if end != len(data):
+            raise TorchCheckpointError(f"{path}: {pkl[0]} holds bytes after its pickle")
         return result
 
 
-def read_torch_state_dict(path) -> dict[str, np.ndarray]:
+def _read_legacy(path: Path, data: bytes) -> dict:
+    """The format before torch 1.6: five pickles (magic number, protocol, system info,
+    the object, the storage keys), then each storage as an int64 count and its bytes;
+    every pickle goes through the restricted unpickler (plain values only where no
+    tensor can be), every storage's size is checked against the bytes left."""
+    if data[:4] == b"PK\x03\x04":
+        raise TorchCheckpointError(f"{path} starts as a zip archive but is cut short or "
+                                   "damaged (no readable central directory)")
+    try:
+        magic, pos = restricted_load(data, {}, what=str(path))
+    except PickleRefusedError as error:
+        raise TorchCheckpointError(f"{path} is neither a zip nor a legacy PyTorch "
+                                   f"checkpoint ({error})") from error
+    if magic != LEGACY_MAGIC:
+        raise TorchCheckpointError(f"{path} is not a PyTorch checkpoint (magic number "
+                                   f"{magic!r})")
+    protocol, pos = _load(data, path, "protocol", offset=pos, allowed={})
+    if protocol != LEGACY_PROTOCOL:
+        raise TorchCheckpointError(f"{path}: legacy protocol {protocol!r} is not "
+                                   f"{LEGACY_PROTOCOL}")
+    sys_info, pos = _load(data, path, "system info", offset=pos, allowed={})
+    if not isinstance(sys_info, dict):
+        raise TorchCheckpointError(f"{path}: its system info is not a dict")
+    if not sys_info.get("little_endian", True):
+        raise TorchCheckpointError(f"{path} was written big-endian: not supported")
+    wanted = {}  # key -> array filled below
+    left = [len(data) - pos]  # bytes the storages may still take
+
+    def load_storage(key, dtype, numel):
+        if key not in wanted:
+            left[0] -= numel * dtype.itemsize
+            if left[0] < 0:
+                raise TorchCheckpointError(f"storage {key} declares {numel} x {dtype}, more "
+                                           "than the file holds: refused before allocating")
+            wanted[key] = np.empty(numel, dtype)
+        return wanted[key]
+
+    result, pos = _load(data, path, "state dict", offset=pos, load_storage=load_storage)
+    keys, pos = _load(data, path, "storage keys", offset=pos, allowed={})
+    if not isinstance(keys, list):
+        raise TorchCheckpointError(f"{path}: its storage keys are not a list")
+    for key in keys:
+        target = wanted.get(str(key))
+        if target is None:
+            raise TorchCheckpointError(f"{path}: storage {key} is not referenced")
+        count = int(np.frombuffer(data[pos:pos + 8], "<i8")[0]) if pos + 8 <= len(data) else -1
+        nbytes = count * target.itemsize
+        if count != target.size or pos + 8 + nbytes > len(data):
+            raise TorchCheckpointError(f"{path}: storage {key} is cut short or has "
+                                       f"{count} elements, {target.size} expected")
+        target[:] = np.frombuffer(data, target.dtype.newbyteorder("<"), count, pos + 8)
+        pos += 8 + nbytes
+    return result
+
+
+def read_torch_state_dict(path, *, finite: bool = True) -> dict[str, np.ndarray]:
     """{name: array} of a PyTorch checkpoint holding a state dict (or a dict with a
-    "state_dict" entry), without PyTorch; see the module docstring."""
+    "state_dict" entry), without PyTorch; see the module docstring. With `finite`, a
+    floating tensor holding NaN or inf is refused, naming the first one."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    data = _read_zip(path) if zipfile.is_zipfile(path) else _read_legacy(path)
+    if zipfile.is_zipfile(path):
+        data = _read_zip(path, path.stat().st_size)
+    else:
+        data = _read_legacy(path, path.read_bytes())
     if isinstance(data, Mapping) and "state_dict" in data:
         data = data["state_dict"]
     if not isinstance(data, Mapping) or not all(
             isinstance(k, str) and isinstance(v, np.ndarray) for k, v in data.items()):
         raise TorchCheckpointError(f"{path} does not hold a state dict of tensors")
-    return {k: np.array(v) for k, v in data.items()}  # copies: own, writable memory
+    state = {k: np.array(v) for k, v in data.items()}  # copies: own, writable memory
+    if finite:
+        for name, value in state.items():
+            if value.dtype.kind in "fc" and not np.isfinite(value).all():
+                bad = int(np.size(value) - np.isfinite(value).sum())
+                raise TorchCheckpointError(
+                    f"{path}: tensor {name} holds {bad} non-finite values (NaN or inf) "
+                    f"of {value.size}: refused")
+    return state
 
 
 def _set(variable, value, name: str) -> None:

@@ -238,6 +238,7 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
     """Every error that can be known before training: roots, devices, memory, then the
     data itself (generated once; every sequence validated by its reader). Returns the
     opened data, which `run` takes."""
+    stages.check_pretrained(cfg)  # the user's file first: read, refused in seconds
     for field in ("got10k_root", "otb_root"):
         if getattr(cfg, field) is not None:
             checks.existing_dir(f"--config.{field}", getattr(cfg, field))
@@ -245,7 +246,6 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
         raise ValueError(f"--config.batch_size {cfg.batch_size} must be divisible by "
                          f"--devices {ctx.num_devices}")
     stages.generated_specs(cfg, ctx)  # the generator's own checks of the sizes
-    stages.check_pretrained(cfg)
     if cfg.init == "moco" and cfg.moco.batch_size % ctx.num_devices:
         raise ConfigError(f"--config.moco.batch_size {cfg.moco.batch_size} must be "
                           f"divisible by --devices {ctx.num_devices}")

@@ -184,8 +184,9 @@ def _pretrained_state(path: str) -> dict:
 
 
 def check_pretrained(cfg) -> None:
-    """Before training: `cfg.pretrained` is a file, a state dict, and its weights fit the
-    backbone at `cfg.width` (a ConfigError naming the file and the first misfit)."""
+    """Before training: `cfg.pretrained` is a file, a state dict the restricted reader
+    takes (no code runs, every tensor finite), and its weights fit the backbone at
+    `cfg.width` (a ConfigError naming the file and the first misfit)."""
     if cfg.pretrained is None:
         return
     from flax import nnx
@@ -195,9 +196,10 @@ def check_pretrained(cfg) -> None:
     from ebm_jax.models.tracking_backbones import tracking_backbone
 
     checks.existing_file("--config.pretrained", cfg.pretrained)
-    model = tracking_backbone(cfg.backbone, width=cfg.width, rngs=nnx.Rngs(0))
     try:
-        load_torchvision_resnet18(model, _pretrained_state(cfg.pretrained))
+        state = _pretrained_state(cfg.pretrained)  # read (and refused) before any model
+        model = tracking_backbone(cfg.backbone, width=cfg.width, rngs=nnx.Rngs(0))
+        load_torchvision_resnet18(model, state)
     except TorchCheckpointError as error:
         raise ConfigError(f"--config.pretrained={cfg.pretrained}: {error}") from error
 

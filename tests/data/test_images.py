@@ -47,7 +47,7 @@ def test_cifar10_reader(tmp_path):
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         data = rng.integers(0, 256, (4, 3072), dtype=np.uint8)
         with open(root / name, "wb") as f:
-            pickle.dump({b"data": data, b"labels": list(rng.integers(0, 10, 4))}, f)
+            pickle.dump({b"data": data, b"labels": rng.integers(0, 10, 4).tolist()}, f)
     d = image_data.load_cifar10(tmp_path)
     assert d.train_images.shape == (20, 32, 32, 3) and d.test_images.shape == (4, 32, 32, 3)
     # channel-major rows become HWC: pixel (0, 0) of image 0 is bytes 0, 1024, 2048

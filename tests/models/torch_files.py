@@ -105,3 +105,39 @@ def random_resnet18_state(rng, channels) -> OrderedDict:
     state["fc.weight"] = rng.normal(size=(10, 64)).astype(np.float32)
     state["fc.bias"] = np.zeros(10, np.float32)
     return state
+
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL = 1001
+
+
+class _LegacyPickler(_Pickler):
+    dispatch = dict(_Pickler.dispatch)
+
+    def persistent_id(self, obj):
+        pid = super().persistent_id(obj)
+        return None if pid is None else (*pid, None)  # the legacy id ends with a view
+
+
+def write_torch_legacy(path, state: dict, *, parts: dict | None = None) -> None:
+    """`state` as a PyTorch checkpoint of the format before torch 1.6: five pickles
+    (magic number, protocol, system info, the state dict, the storage keys), then each
+    storage as a little-endian int64 element count and its bytes. `parts` {index:
+    object} replaces the object pickled at that position (0 magic ... 4 keys), as a
+    crafted file would."""
+    tensors = OrderedDict((k, _Tensor(str(i), np.asarray(v))) for i, (k, v) in
+                          enumerate(state.items()))
+    objects = [LEGACY_MAGIC, LEGACY_PROTOCOL,
+               {"protocol_version": LEGACY_PROTOCOL, "little_endian": True,
+                "type_sizes": {"short": 2, "int": 4, "long": 4}},
+               tensors, [t.key for t in tensors.values()]]
+    for index, obj in (parts or {}).items():
+        objects[index] = obj
+    buf = io.BytesIO()
+    for obj in objects:
+        _LegacyPickler(buf, protocol=2).dump(obj)
+    for t in tensors.values():
+        a = t.array.astype(t.array.dtype.newbyteorder("<"))
+        buf.write(np.int64(a.size).astype("<i8").tobytes() + a.tobytes())
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())

@@ -51,6 +51,47 @@ def test_a_pretrained_file_that_does_not_fit_fails_before_training(tmp_path):
     assert not list((tmp_path / "b").glob("box-siam-*"))
 
 
+def test_an_empty_pretrained_path_is_refused_not_read_as_no_file():
+    with pytest.raises(ConfigError, match=r"--config.pretrained is empty"):
+        tiny("--config.backbone=resnet18", "--config.pretrained=")
+    assert tiny("--config.backbone=resnet18", "--config.pretrained=none").pretrained is None
+
+
+@pytest.mark.parametrize("case", ["nan", "payload"])
+def test_a_bad_pretrained_file_is_refused_first_and_fast(tmp_path, monkeypatch, case):
+    """A file with a NaN weight, or one whose pickle would run code: refused naming the
+    file (and the first non-finite tensor) before the generated data or any model is
+    built."""
+    import os as os_module
+
+    from ebm_jax.recipes import tracking_stages
+    from tests.models.torch_files import write_torch_legacy
+
+    state = random_resnet18_state(np.random.default_rng(0), (8, 8, 16, 32))
+    path = tmp_path / f"{case}.pth"
+    marker = tmp_path / "RAN"
+    if case == "nan":
+        state["layer1.0.conv1.weight"][0, 0, 0, 0] = np.nan
+        write_torch_legacy(path, state)
+    else:
+        class Call:
+            def __reduce__(self):
+                return os_module.system, (f"touch {marker}",)
+
+        write_torch_legacy(path, state, parts={2: Call()})
+
+    def built_too_early(*_, **__):
+        raise AssertionError("the generated data was made before the file was read")
+
+    monkeypatch.setattr(tracking_stages, "generated_specs", built_too_early)
+    message = "layer1.0.conv1.weight holds 1 non-finite" if case == "nan" else "refused"
+    with pytest.raises(ConfigError, match=rf"--config.pretrained=.*{case}.pth.*{message}"):
+        run_experiment(tiny("--config.backbone=resnet18", f"--config.pretrained={path}"),
+                       workdir=tmp_path / "run", progress=False, log=_quiet)
+    assert not marker.exists()
+    assert not list((tmp_path / "run").glob("box-siam-*"))
+
+
 def _pretrained_file(tmp_path):
     state = random_resnet18_state(np.random.default_rng(1), (8, 8, 16, 32))
     path = tmp_path / "weights" / "resnet18-test.pth"
