@@ -8,6 +8,7 @@ InstDisc in `augment`."""
 
 from ebm_jax.ops.boxes import (
     box_iou,
+    paired_box_iou,
     box_iou_np,
     decode_relative,
     encode_relative,
@@ -30,6 +31,7 @@ from ebm_jax.ops.xcorr import xcorr, xcorr_broadcast
 __all__ = [
     "bin_weights",
     "box_iou",
+    "paired_box_iou",
     "box_iou_np",
     "check_boxes",
     "decode_relative",

@@ -71,12 +71,19 @@ def intersection_union(a, b, *, box_format: str = "xyxy", xp=jnp):
     return inter, union
 
 
+def paired_box_iou(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Intersection over union of xyxy boxes `a` and `b` element-wise over their
+    broadcast leading axes; 0 where the union is empty."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    inter, union = intersection_union(a, b)
+    return jnp.where(union > 0, inter / jnp.where(union > 0, union, 1.0), 0.0)
+
+
 def box_iou(a: jax.Array, b: jax.Array) -> jax.Array:
     """(N, M) intersection over union of xyxy boxes a (N, 4) and b (M, 4); 0 where the
     union is empty."""
     a, b = jnp.asarray(a), jnp.asarray(b)
-    inter, union = intersection_union(a[:, None], b[None, :])
-    return jnp.where(union > 0, inter / jnp.where(union > 0, union, 1.0), 0.0)
+    return paired_box_iou(a[:, None], b[None, :])
 
 
 _EPS64 = np.finfo(np.float64).eps

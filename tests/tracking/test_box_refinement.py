@@ -1,0 +1,101 @@
+"""The refinement probe of a box energy on held-out targets: the analytic Gaussian
+energy (the control) refines every start to the truth, ranks it first and is monotone
+in IoU; an energy that ignores the boxes ranks at chance and refines nothing; a
+negated control walks away; the rank correlation and the perturbations have their
+stated statistics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ebm_jax.ops.boxes import encode_relative
+from ebm_jax.tracking.box_refinement import (
+    RefinementProbe,
+    gaussian_box_energy,
+    perturb_boxes,
+    refinement_measures,
+    spearman,
+)
+
+
+def _truths(n=64, seed=0):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(60, 180, (n, 2))
+    wh = rng.uniform(20, 90, (n, 2))
+    return jnp.asarray(np.concatenate([xy, xy + wh], 1), jnp.float32)
+
+
+def _measure(energy, truths, inputs, probe=RefinementProbe()):
+    return {k: np.asarray(v) for k, v in jax.jit(
+        lambda i, t: refinement_measures(energy, i, t, jax.random.key(0), probe))(
+            inputs, truths).items()}
+
+
+def test_the_gaussian_control_reaches_the_truth_and_ranks_it_first():
+    truths = _truths()
+    m = _measure(gaussian_box_energy(0.05), truths, truths)
+    assert 0.5 < m["iou_start"].mean() < 0.9  # the starts are a real test
+    # the ascent runs in the start's relative space, where the control's curvature is
+    # (start size / true size)^2 / sigma^2: near one Newton step, converging in a few
+    assert m["iou_refined"].mean() > 0.995 and m["iou_refined"].min() > 0.95
+    assert m["outranks"].mean() == 1.0
+    # IoU weighs the four coordinates unlike the energy: monotone, not the same order
+    assert m["rank_correlation"].mean() > 0.7
+
+
+def test_an_energy_blind_to_the_boxes_ranks_at_chance_and_refines_nothing():
+    truths = _truths(256)
+
+    def blind(_, boxes):
+        return jnp.zeros(boxes.shape[0])
+
+    m = _measure(blind, truths, truths)
+    np.testing.assert_allclose(m["iou_refined"], m["iou_start"], rtol=0, atol=1e-5)
+    assert m["outranks"].mean() == 0.0  # ties never outrank
+    np.testing.assert_array_equal(m["rank_correlation"], 0.0)
+    np.testing.assert_allclose(m["chance_outranks"], 0.1)
+
+
+def test_the_negated_control_walks_away_from_the_truth():
+    truths = _truths()
+    control = gaussian_box_energy(0.05)
+
+    def away(t, boxes):
+        return -control(t, boxes)
+
+    m = _measure(away, truths, truths, RefinementProbe(reject_decreasing=False))
+    assert m["iou_refined"].mean() < m["iou_start"].mean() - 0.1
+    assert m["outranks"].mean() == 0.0
+    assert m["rank_correlation"].mean() < -0.7
+
+
+def test_perturbations_have_their_sigma_in_the_relative_space():
+    truths = _truths(8)
+    boxes = perturb_boxes(jax.random.key(1), truths, 0.2, 4000)
+    rel = np.asarray(encode_relative(boxes, truths[:, None])
+                     - encode_relative(truths, truths)[:, None])
+    # the sd of 32000 normal draws is within 4 standard errors (sd / sqrt(2n)) of 0.2
+    sd = rel.reshape(-1, 4).std(0)
+    np.testing.assert_allclose(sd, 0.2, atol=4 * 0.2 / np.sqrt(2 * 32000))
+
+
+def test_spearman_matches_scipy():
+    import scipy.stats
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(5, 40)), rng.normal(size=(5, 40))
+    y[0] = x[0] ** 3
+    x[1, :10] = 0.5  # ties
+    got = np.asarray(spearman(jnp.asarray(x), jnp.asarray(y)))
+    want = [scipy.stats.spearmanr(a, b).statistic for a, b in zip(x, y)]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("field, value", [("start_sigma", 0.0), ("rank_sigma", -1.0),
+                                          ("num_jittered", 0), ("num_ranked", 2),
+                                          ("step_lengths", (-1.0,)),
+                                          ("step_lengths", (1.0, 2.0))])
+def test_bad_probe_settings_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"RefinementProbe.{field}"):
+        RefinementProbe(**{field: value})
