@@ -20,14 +20,19 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+import numpy as np
 import optax
 from flax import nnx
 
+from ebm_jax.data.box_head_pairs import jittered_pair_batches
 from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.models.box_head import BoxEnergyHead, BoxHeadNet
 from ebm_jax.recipes.tracking_stages import timed_runner
-from ebm_jax.tracking.box_head import (BoxHeadSettings, make_box_head_loss,
-                                       make_box_head_tracker)
+from ebm_jax.tracking.box_head import BoxHeadSettings, make_box_head_tracker
+from ebm_jax.tracking.box_head_training import make_box_head_loss, training_crops
+from ebm_jax.tracking.box_refinement import (RefinementProbe, gaussian_box_energy,
+                                             refinement_measures)
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.train import create_train_state, make_train_step, merge_model
 from ebm_jax.train.stages import StageFigures, TrainStage
@@ -58,6 +63,22 @@ def build_box_head(backbone, settings: BoxHeadSettings, key,
                          ref_pool_size=settings.ref_pool_size, rngs=nnx.Rngs(key))
 
 
+def box_head_batches(sequences, settings: BoxHeadSettings, siamfc: SiamFCSettings, *,
+                     seed: int, batch_size: int | None = None):
+    """`batches(step)` of the box head's training pairs by `settings.processing`:
+    SiamFC's regions (`pair_batches`) or PrDiMP's jittered crops
+    (`jittered_pair_batches`, crops of the search size)."""
+    batch_size = settings.batch_size if batch_size is None else batch_size
+    if settings.processing == "prdimp":
+        return jittered_pair_batches(sequences, batch_size=batch_size,
+                                     max_gap=settings.max_gap, seed=seed,
+                                     jitter=settings.crop_jitter,
+                                     out_size=siamfc.search_size)
+    return pair_batches(sequences, batch_size=batch_size, max_gap=settings.max_gap,
+                        seed=seed, exemplar_size=siamfc.exemplar_size,
+                        search_size=siamfc.search_size, context=siamfc.context)
+
+
 def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity,
                    settings: BoxHeadSettings, joint: bool = False,
                    siamfc: SiamFCSettings = SiamFCSettings(),
@@ -78,7 +99,7 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     joint = bool(joint)
     name = name or f"box-head-{settings.method}{'-joint' if joint else ''}-s{ctx.seed}"
     identity = {"data": data_identity, "backbone": backbone_identity,
-                "settings": dataclasses.asdict(settings),
+                "settings": settings.identity(),
                 "siamfc": dataclasses.asdict(siamfc), "levels": list(levels),
                 "joint": joint, "seed": int(ctx.seed)}
     every = max(1, settings.steps // 20)
@@ -92,16 +113,55 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
                                          trainable=trainable)
     step = make_train_step(graphdef, make_box_head_loss(settings, siamfc), opt, ctx.mesh,
                            trainable=trainable)
-    batches = pair_batches(sequences, batch_size=settings.batch_size,
-                           max_gap=settings.max_gap, seed=ctx.seed_of(name, "pairs"),
-                           exemplar_size=siamfc.exemplar_size,
-                           search_size=siamfc.search_size, context=siamfc.context)
+    batches = box_head_batches(sequences, settings, siamfc, seed=ctx.seed_of(name, "pairs"))
     ctx.log(f"stage {name}: {settings.steps} steps of {settings.batch_size} pairs "
             f"({settings.method}, M = {settings.num_samples}, "
             f"{'joint' if joint else 'frozen backbone'}) from {batches.num_sequences} "
             f"sequences ({batches.num_frames} usable frames)")
     state, figures = stage.run(ctx, state, step, batches)
     return TrainedBoxHead(name, stage.full_identity, figures, merge_model(graphdef, state))
+
+
+def probe_box_head(net, sequences, settings: BoxHeadSettings,
+                   siamfc: SiamFCSettings = SiamFCSettings(), *, seed: int,
+                   num_batches: int = 4, batch_size: int = 16,
+                   probe: RefinementProbe | None = None) -> dict:
+    """The refinement probe (`ebm_jax.tracking.box_refinement`) of a trained
+    `BoxHeadNet` on pairs of `sequences` (held-out targets) cut as in training
+    (`box_head_batches`, the pair seed `seed`; no appearance augmentation), and of the
+    analytic Gaussian energy on the same pairs (the control). `probe`: default the
+    tracker's refinement (`settings.step_lengths`, `refine_steps`,
+    `reject_decreasing`). Returns {"head": means, "control": means, "pairs": n}, means
+    of "iou_start", "iou_refined", "outranks", "rank_correlation" and
+    "chance_outranks"."""
+    probe = probe or RefinementProbe(step_lengths=settings.step_lengths,
+                                     num_steps=settings.refine_steps,
+                                     reject_decreasing=settings.reject_decreasing)
+    batches = box_head_batches(sequences, settings, siamfc, seed=seed,
+                               batch_size=batch_size)
+    graphdef, state = nnx.split(net)
+    control = gaussian_box_energy(settings.label_sigma)
+
+    @jax.jit
+    def measure(state, batch, key):
+        model = nnx.merge(graphdef, state)
+        ref, ref_boxes, test, test_boxes = training_crops(key, batch, settings, siamfc,
+                                                          augment=False)
+        mods = jax.vmap(model.head.modulation)(list(model.levels(ref)), ref_boxes)
+        tests = jax.vmap(model.head.test_features)(list(model.levels(test)))
+        head = refinement_measures(lambda inp, b: model.head.score(inp[0], inp[1], b),
+                                   (mods, tests), test_boxes, key, probe)
+        return head, refinement_measures(control, test_boxes, test_boxes, key, probe)
+
+    parts = {"head": [], "control": []}
+    for step in range(num_batches):
+        head, ctrl = measure(state, batches(step), jax.random.key(step))
+        parts["head"].append(head)
+        parts["control"].append(ctrl)
+    out = {name: {k: float(np.mean(np.concatenate([np.asarray(p[k]) for p in rows])))
+                  for k in rows[0]} for name, rows in parts.items()}
+    out["pairs"] = num_batches * batch_size
+    return out
 
 
 def box_head_runner(net, settings: BoxHeadSettings, *, refine: bool = True,
@@ -118,4 +178,5 @@ def box_head_runner(net, settings: BoxHeadSettings, *, refine: bool = True,
     return timed_runner(tracker, params)
 
 
-__all__ = ["TrainedBoxHead", "box_head_runner", "build_box_head", "train_box_head"]
+__all__ = ["TrainedBoxHead", "box_head_batches", "box_head_runner", "build_box_head",
+           "probe_box_head", "train_box_head"]

@@ -8,7 +8,7 @@ space (cx/w0, cy/h0, log w, log h) of the coarse estimate: the estimate plus jit
 copies, T steps each, final box = the mean of the top k by energy.
 
     settings = BoxHeadSettings(method="nce+")
-    loss_fn = make_box_head_loss(settings)            # training: loss_fn(net, batch, key)
+    loss_fn = make_box_head_loss(settings)            # training (`box_head_training`)
     tracker, params = make_box_head_tracker(backbone, head, settings)
     state = tracker.init(params, frame, box_xywh)
     state, box = tracker.update(params, state, frame)  # jitted, one trace per frame shape
@@ -32,8 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ebm_jax.energy.boxes import ascend_boxes, make_tracking_box_loss
+from ebm_jax.energy.boxes import ascend_boxes
 from ebm_jax.ops.boxes import decode_relative, encode_relative
+from ebm_jax.ops.jitter import CropJitter
 from ebm_jax.ops.crops import (
     box_to_center,
     center_to_box,
@@ -43,12 +44,16 @@ from ebm_jax.ops.crops import (
 )
 from ebm_jax.tracking.siamfc import SiamFCSettings, Tracker, make_tracker
 
-# fold_in purposes of the training step's key and of the tracker's key
-_CROPS, _LOSS = 0, 1
-_SHIFT, _SCALE = 0, 1
+# fold_in purpose of the tracker's key
 _JITTER = 0
 
 TRACKING_METHODS = ("ml-is", "kld-is", "nce", "nce+")
+# the training crops: SiamFC's (the test crop shifted and scaled uniformly, the reference
+# exact) or pytracking's PrDiMP processing (both jittered, `ebm_jax.ops.jitter`, with
+# appearance augmentation)
+PROCESSINGS = ("siamfc", "prdimp")
+PRDIMP_FIELDS = ("processing", "search_area_factor", "center_jitter_factors",
+                 "scale_jitter_factors", "brightness_jitter", "grayscale_prob", "blur_prob")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +66,16 @@ class BoxHeadSettings:
     `beta` NCE+'s scale of the sigmas for the perturbed label (inferred for tracking:
     0.1).
     Training: `steps` Adam steps of learning rate `lr` on `batch_size` pairs fewer than
-    `max_gap` frames apart; the test crop is moved by U[-center_jitter, center_jitter]
-    x sqrt(w h) of the target per axis and its side scaled by exp(U[-scale_jitter,
-    scale_jitter]); the reference crop is centred on the target.
+    `max_gap` frames apart. `processing` "siamfc": the test crop is moved by
+    U[-center_jitter, center_jitter] x sqrt(w h) of the target per axis and its side
+    scaled by exp(U[-scale_jitter, scale_jitter]); the reference crop is centred on the
+    target. "prdimp" (pytracking's PrDiMP box branch): both crops centred on a jittered
+    box (`ebm_jax.ops.jitter`: `center_jitter_factors` and `scale_jitter_factors` for
+    the (reference, test) frames, side `search_area_factor` x sqrt(w h), which the
+    tracker's refinement crop then uses too), cut on the host
+    (`ebm_jax.data.box_head_pairs`), then the brightness scaled by U[1 -
+    brightness_jitter, 1 + brightness_jitter] per crop, both crops of a pair made grey
+    with `grayscale_prob` and each blurred with `blur_prob` (sigma U[0.1, 2] px).
     Head (`BoxEnergyHead`): `width`, `hidden`, `pool_size`, `ref_pool_size`.
     Refinement: the coarse estimate plus `num_candidates - 1` copies jittered by
     (U - 0.5) x (jitter_center, jitter_center, jitter_size, jitter_size) in the relative
@@ -104,8 +116,31 @@ class BoxHeadSettings:
     top_k: int = 3
     reject_decreasing: bool = True
     min_size: float = 4.0
+    processing: str = "siamfc"
+    search_area_factor: float = 5.0
+    center_jitter_factors: tuple[float, float] = (3.0, 4.5)
+    scale_jitter_factors: tuple[float, float] = (0.25, 0.5)
+    brightness_jitter: float = 0.2
+    grayscale_prob: float = 0.05
+    blur_prob: float = 0.0
 
     def __post_init__(self):
+        if self.processing not in PROCESSINGS:
+            raise ValueError(f"BoxHeadSettings.processing must be one of {PROCESSINGS}, "
+                             f"got {self.processing!r}")
+        try:
+            jitter = self.crop_jitter
+        except ValueError as error:
+            raise ValueError(f"BoxHeadSettings.{error}") from None
+        object.__setattr__(self, "center_jitter_factors", jitter.center_jitter)
+        object.__setattr__(self, "scale_jitter_factors", jitter.scale_jitter)
+        for name, high in (("brightness_jitter", 1.0), ("grayscale_prob", 1.0),
+                           ("blur_prob", 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    0 <= v <= high) or (name == "brightness_jitter" and v >= 1):
+                raise ValueError(f"BoxHeadSettings.{name} must be a number in [0, 1"
+                                 f"{')' if name == 'brightness_jitter' else ']'}, got {v!r}")
         if self.method not in TRACKING_METHODS:
             raise ValueError(f"BoxHeadSettings.method must be one of {TRACKING_METHODS}, "
                              f"got {self.method!r}")
@@ -145,6 +180,30 @@ class BoxHeadSettings:
         if not isinstance(self.reject_decreasing, bool):
             raise ValueError(f"BoxHeadSettings.reject_decreasing must be True or False, "
                              f"got {self.reject_decreasing!r}")
+
+    @property
+    def crop_jitter(self) -> CropJitter:
+        """The PrDiMP processing's crops (`processing="prdimp"`)."""
+        return CropJitter(search_area_factor=self.search_area_factor,
+                          center_jitter=self.center_jitter_factors,
+                          scale_jitter=self.scale_jitter_factors)
+
+    def head_side(self, siamfc: SiamFCSettings, h, w):
+        """The side (frame pixels) of the crop the head sees around a target of size
+        (h, w): SiamFC's search side (`processing="siamfc"`), or search_area_factor x
+        sqrt(w h) as PrDiMP's; the same in training, tracking and the probe."""
+        if self.processing == "prdimp":
+            return self.search_area_factor * jnp.sqrt(h * w)
+        return siamfc.search_side(h, w)
+
+    def identity(self) -> dict:
+        """The settings a stage's identity records: the PrDiMP processing's fields only
+        where they are used, so stages of the SiamFC processing keep their identity."""
+        out = dataclasses.asdict(self)
+        if self.processing == "siamfc":
+            for name in PRDIMP_FIELDS:
+                out.pop(name)
+        return out
 
     @property
     def loss_hyperparameters(self) -> dict:
@@ -192,66 +251,6 @@ def frame_box(box, crop_center, side, crop_size: int) -> tuple[jax.Array, jax.Ar
     size = jnp.stack([(box[..., 3] - box[..., 1]) * scale,
                       (box[..., 2] - box[..., 0]) * scale], axis=-1)
     return center, size
-
-
-def box_head_crops(key, batch: dict, settings: BoxHeadSettings,
-                   siamfc: SiamFCSettings = SiamFCSettings()):
-    """The box head's training crops of B pairs (`ebm_jax.data.tracking_pairs`:
-    "z_frames"/"x_frames" (B, H, W, 3) regions, "z_boxes"/"x_boxes" (B, 4) xywh): the
-    reference crop of the z region centred on its target, the test crop of the x region
-    moved and scaled at random (`BoxHeadSettings`), both search_size crops of side
-    exemplar_side x search_size / exemplar_size (SiamFC's conventions; mean-colour
-    padding). Keys: fold_in(key, purpose) for the shift and the scale. Returns
-    (ref crops, ref boxes (B, 4), test crops, test boxes (B, 4)), boxes xyxy in crop
-    pixels. Jittable."""
-    s, size = siamfc, siamfc.search_size
-    z_boxes = jnp.asarray(batch["z_boxes"], jnp.float32)
-    x_boxes = jnp.asarray(batch["x_boxes"], jnp.float32)
-    b = z_boxes.shape[0]
-    batched_crop = jax.vmap(crop_square, in_axes=(0, 0, 0, None))
-
-    zcy, zcx, zh, zw = box_to_center(z_boxes)
-    z_center, z_size = jnp.stack([zcy, zcx], -1), jnp.stack([zh, zw], -1)
-    z_side = s.search_side(zh, zw)
-    ref = batched_crop(jnp.asarray(batch["z_frames"]), z_center, z_side, size)
-    ref_boxes = crop_box(z_center, z_size, z_center, z_side, size)
-
-    xcy, xcx, xh, xw = box_to_center(x_boxes)
-    x_center, x_size = jnp.stack([xcy, xcx], -1), jnp.stack([xh, xw], -1)
-    shift = jax.random.uniform(jax.random.fold_in(key, _SHIFT), (b, 2),
-                               minval=-settings.center_jitter,
-                               maxval=settings.center_jitter)
-    log_scale = jax.random.uniform(jax.random.fold_in(key, _SCALE), (b,),
-                                   minval=-settings.scale_jitter,
-                                   maxval=settings.scale_jitter)
-    crop_center = x_center + shift * jnp.sqrt(xh * xw)[:, None]
-    x_side = s.search_side(xh, xw) * jnp.exp(log_scale)
-    test = batched_crop(jnp.asarray(batch["x_frames"]), crop_center, x_side, size)
-    test_boxes = crop_box(x_center, x_size, crop_center, x_side, size)
-    return ref, ref_boxes, test, test_boxes
-
-
-def make_box_head_loss(settings: BoxHeadSettings,
-                       siamfc: SiamFCSettings = SiamFCSettings()) -> Callable:
-    """`loss_fn(net, batch, key) -> (loss, metrics)` for `make_train_step`: `net` a
-    `BoxHeadNet`, batch the pairs of `ebm_jax.data.tracking_pairs.pair_batches`;
-    `box_head_crops` (key fold_in(key, 0)), the backbone's levels of both crops, and
-    `make_tracking_box_loss(method, num_samples, ...)` on the head with the target's
-    box in the test crop (key fold_in(key, 1)). Metric: the mean energy of the target
-    box ("f_target")."""
-    box_loss = make_tracking_box_loss(settings.method, settings.num_samples,
-                                      **settings.loss_hyperparameters)
-
-    def loss_fn(net, batch, key):
-        ref, ref_boxes, test, test_boxes = box_head_crops(
-            jax.random.fold_in(key, _CROPS), batch, settings, siamfc)
-        inputs = (list(net.levels(ref)), ref_boxes, list(net.levels(test)))
-        value, metrics = box_loss(net.head, (inputs, test_boxes),
-                                  jax.random.fold_in(key, _LOSS))
-        f_target = jax.vmap(lambda x, b: net.head(x, b[None])[0])(inputs, test_boxes)
-        return value, {**metrics, "f_target": jnp.mean(jax.lax.stop_gradient(f_target))}
-
-    return loss_fn
 
 
 # ---------------------------------------------------------------- tracking
@@ -308,7 +307,7 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
         params_b, params_h = params
         frame = jnp.asarray(frame)
         siam_state = siam.init(params_b, frame, box)
-        side = siamfc.search_side(siam_state.size[0], siam_state.size[1])
+        side = s.head_side(siamfc, siam_state.size[0], siam_state.size[1])
         crop = crop_square(frame, siam_state.center, side, size, siam_state.pad)
         ref_box = crop_box(siam_state.center, siam_state.size, siam_state.center, side, size)
         modulation = nnx.merge(graph_h, params_h).modulation(features(params_b, crop),
@@ -319,7 +318,7 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     def refine_box(params, state: BoxHeadState, frame, center, box_size):
         params_b, params_h = params
         head_m = nnx.merge(graph_h, params_h)
-        side = siamfc.search_side(box_size[0], box_size[1])
+        side = s.head_side(siamfc, box_size[0], box_size[1])
         crop = crop_square(frame, center, side, size, state.siamfc.pad)
         test = head_m.test_features(features(params_b, crop))
         coarse = crop_box(center, box_size, center, side, size)
@@ -365,5 +364,5 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     return Tracker(checked_init, update), (state_b, state_h)
 
 
-__all__ = ["TRACKING_METHODS", "BoxHeadSettings", "BoxHeadState", "box_head_crops",
-           "crop_box", "frame_box", "make_box_head_loss", "make_box_head_tracker"]
+__all__ = ["PROCESSINGS", "TRACKING_METHODS", "BoxHeadSettings", "BoxHeadState",
+           "crop_box", "frame_box", "make_box_head_tracker"]

@@ -16,12 +16,11 @@ from ebm_jax.models.box_head import BoxEnergyHead
 from ebm_jax.ops.crops import box_to_center, crop_square, exemplar_side
 from ebm_jax.tracking.box_head import (
     BoxHeadSettings,
-    box_head_crops,
     crop_box,
     frame_box,
-    make_box_head_loss,
     make_box_head_tracker,
 )
+from ebm_jax.tracking.box_head_training import box_head_crops, make_box_head_loss
 from ebm_jax.tracking.siamfc import track_sequence
 
 BACKGROUND = 110
