@@ -134,6 +134,46 @@ def writable_dir(name: str, path) -> None:
         raise ValueError(f"{name} {p} is not writable ({e.strerror or e})") from None
 
 
+def path_fits(name: str, path, *, below: int, beside: int = 0) -> None:
+    """Raises ValueError, before anything is written, when `path` (a directory the run
+    writes into) cannot hold what the run writes: its absolute length plus `below`
+    characters of the files written under it passes the system's PC_PATH_MAX, or one
+    of its folder names passes PC_NAME_MAX (its last one by `beside` more characters:
+    the lock and staging folders named after it, beside it)."""
+    import os
+
+    text = os.fspath(path)
+    if "://" in text:
+        return  # an object store: its own limits, checked by its first write
+    full = os.path.abspath(text)
+    known = full
+    while not os.path.exists(known) and os.path.dirname(known) != known:
+        known = os.path.dirname(known)
+    try:
+        path_max = os.pathconf(known, "PC_PATH_MAX")
+        name_max = os.pathconf(known, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return  # no limits known here: the first write finds them
+    shown = full if len(full) <= 80 else f"{full[:40]}...{full[-30:]}"
+    parts = [p for p in full.split(os.sep) if p]
+    for i, part in enumerate(parts):
+        extra = beside if i == len(parts) - 1 else 0
+        size = len(os.fsencode(part))
+        if size + extra > name_max:
+            what = (f" (with the {extra} more of the lock and staging folders named "
+                    "after it)" if extra and size <= name_max else "")
+            raise ValueError(f"{name} {shown} has a folder name of {size} characters"
+                             f"{what}, more than this file system's limit of "
+                             f"{name_max} (PC_NAME_MAX): give a shorter {name}")
+    size = len(os.fsencode(full))
+    if size + below > path_max - 1:  # PC_PATH_MAX counts the terminating null byte
+        raise ValueError(f"{name} {shown} is {size} characters long: with room for the "
+                         f"files the run writes below it ({below} characters) it passes "
+                         f"this system's limit of {path_max - 1} characters per path "
+                         f"(PC_PATH_MAX); give a {name} of at most {path_max - 1 - below} "
+                         "characters")
+
+
 def dangling_link(name: str, path) -> None:
     """Raises ValueError when `path`, or a folder on the way to it, is a symbolic link
     to nothing (a directory cannot be made there)."""

@@ -107,6 +107,31 @@ def test_files_created_in_out_during_the_run_are_kept(toy, tmp_path, monkeypatch
     assert not list(tmp_path.glob(".o.*"))  # no hidden leftovers, no lock
 
 
+@pytest.mark.parametrize("manifest", ["listed", "older"])
+def test_an_out_holding_files_no_run_wrote_is_refused_before_training(toy, tmp_path,
+                                                                      manifest):
+    out = tmp_path / "o"
+    _run(toy, tmp_path / "w", out)
+    if manifest == "older":  # results written before the manifest listed its files
+        path = out / "results.json"
+        payload = json.loads(path.read_text())
+        del payload["ebm_jax"]["files"]
+        path.write_text(json.dumps(payload))
+    (out / "notes.txt").write_text("mine")
+    before = _files(out)
+    with pytest.raises(ValueError) as caught:
+        _run(toy, tmp_path / "w2", out, learning_rate=0.05)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"--out {out} holds notes.txt, which no run wrote" in message
+    assert _files(out) == before  # kept
+    assert not (tmp_path / "w2").exists()  # refused before training
+    (out / "notes.txt").unlink()
+    _run(toy, tmp_path / "w2", out, learning_rate=0.05)  # the earlier results: replaced
+    assert json.loads((out / "results.json").read_text())["ebm_jax"]["files"] == [
+        "results.json", "results.md", "toy.png"]
+
+
 # ---------------------------------------------- 2.11 leftovers of an interrupted write
 
 
@@ -196,43 +221,133 @@ def _no_orbax_tracebacks(caplog):
     return [r.getMessage()[:80] for r in caplog.records if r.exc_info]
 
 
-def test_a_checkpoint_path_too_long_is_one_line(toy, tmp_path, monkeypatch, capsys,
-                                                caplog):
-    workdir = tmp_path  # 4040 characters: writable, but the stage's files pass
-    while len(str(workdir)) < 3840:  # PATH_MAX (4096)
-        workdir = workdir / ("a" * 200)
-    workdir = workdir / ("b" * (4040 - len(str(workdir)) - 1))
+def _long_path(root: Path, length: int) -> Path:
+    """A path of exactly `length` characters below `root`, of 200-character folders."""
+    path = root
+    while len(str(path)) < length - 201:
+        path = path / ("a" * 200)
+    return path / ("b" * (length - len(str(path)) - 1))
+
+
+@pytest.mark.parametrize("option,length", [("--workdir", 3976), ("--out", 4040)])
+def test_a_path_too_long_is_refused_before_training(toy, tmp_path, monkeypatch, capsys,
+                                                    option, length):
+    """A 3,976-character work dir trained 17 s and then failed at its first checkpoint
+    with the cause cut off; now it is refused first, in one line naming the option and
+    the system's limit (a results file needs fewer characters below --out than a
+    checkpoint below --workdir)."""
+    long = _long_path(tmp_path / "long", length)
+    paths = {"--workdir": str(tmp_path / "w"), "--out": str(tmp_path / "o")}
+    paths[option] = str(long)
     cfg = _toy_config(tmp_path, monkeypatch)
     capsys.readouterr()
-    rc = cli.main(["run", cfg, "--workdir", str(workdir), "--out", str(tmp_path / "o"),
+    rc = cli.main(["run", cfg, "--workdir", paths["--workdir"], "--out", paths["--out"],
                    "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err[-3000:]
-    assert "could not write checkpoint " in err and "/checkpoints/10: " in err
-    assert "File name too long [ENAMETOOLONG]: the path is too long" in err
-    assert not _no_orbax_tracebacks(caplog)
-    assert not (tmp_path / "o").exists()
+    assert err.startswith(f"ebm-jax run: error: {option} ") and f"{length} characters" in err
+    assert "PC_PATH_MAX" in err and str(os.pathconf("/", "PC_PATH_MAX") - 1) in err
+    assert len(err) < 400  # the path itself is not printed whole
+    assert not (tmp_path / "long").exists() and not list(tmp_path.rglob("checkpoints"))
 
 
+def test_a_folder_name_too_long_is_refused_before_training(toy, tmp_path, monkeypatch,
+                                                           capsys):
+    name_max = os.pathconf("/", "PC_NAME_MAX")
+    cfg = _toy_config(tmp_path, monkeypatch)
+    capsys.readouterr()
+    out = tmp_path / ("o" * (name_max + 1)) / "results"
+    assert cli.main(["run", cfg, "--workdir", str(tmp_path / "w"), "--out", str(out),
+                     "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ebm-jax run: error: --out ")
+    assert f"{name_max + 1} characters" in err and "PC_NAME_MAX" in err
+    # the last folder of --out also names its lock and staging folders beside it
+    out = tmp_path / ("o" * (name_max - 3))
+    assert cli.main(["run", cfg, "--workdir", str(tmp_path / "w"), "--out", str(out),
+                     "--no-progress"]) == 2
+    assert "PC_NAME_MAX" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def _tensorstore_error(code: int, text: str) -> ValueError:
+    """What TensorStore raises through orbax when a write fails: far past 300
+    characters before the cause."""
+    file = "/w/toy-0123abcd/checkpoints/10.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp"
+    return ValueError(f'RESOURCE_EXHAUSTED: Error writing "params.kernel/0.0" in OCDBT '
+                      f'database at local file "{file}/ocdbt.process_0/": Failed writing: '
+                      f'"{file}/ocdbt.process_0/d/06ec2ba5ec3b688c2323fa90e470613a": '
+                      f"Failed to write 1700863 bytes to file 4: {text} "
+                      f"[os_error_code='{code}'] [source locations='tensorstore/kvstore/"
+                      "file/file_key_value_store.cc:388']")
+
+
+@pytest.mark.parametrize("raised", ["OSError", "TensorStore"])
+@pytest.mark.parametrize("where", ["save", "wait"])
 def test_a_full_disk_at_a_checkpoint_save_is_one_line(toy, tmp_path, monkeypatch, capsys,
-                                                      caplog):
+                                                      caplog, raised, where):
+    """The cause and the fix first: TensorStore's message was cut at 300 characters,
+    before "No space left on device"."""
     import errno
 
     import orbax.checkpoint as ocp
 
-    def full(self, step, *a, **k):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
-                      f"{self.directory}/{step}/state/d/0")
+    def full(self, *a, **k):
+        if raised == "OSError":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          f"{self.directory}/10/state/d/0")
+        raise _tensorstore_error(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    if where == "save":
+        monkeypatch.setattr(ocp.CheckpointManager, "save", full)
+    else:  # an asynchronous save that fails in its thread
+        real = ocp.CheckpointManager.wait_until_finished
+
+        def wait(self):
+            real(self)
+            if self.latest_step() is not None:
+                full(self)
+
+        monkeypatch.setattr(ocp.CheckpointManager, "wait_until_finished", wait)
     cfg = _toy_config(tmp_path, monkeypatch)
     capsys.readouterr()
     rc = cli.main(["run", cfg, "--workdir", str(tmp_path / "w"), "--out",
                    str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err[-3000:]
-    assert "checkpoints/10: No space left on device [ENOSPC]: free some space" in err
+    (stage,) = (tmp_path / "w").glob("toy-*")
+    assert err.startswith(f"ebm-jax run: error: no space left on device at "
+                          f"{stage / 'checkpoints'}: free some space, or use a --workdir "
+                          "on another disk"), err
+    assert "checkpoint " in err and "[ENOSPC]" in err
     assert not (tmp_path / "o").exists() and not (tmp_path / ".o.lock").exists()
+
+
+@pytest.mark.parametrize("raised", ["OSError", "TensorStore"])
+def test_a_file_name_too_long_at_a_checkpoint_save_says_so_first(tmp_path, monkeypatch,
+                                                                 raised):
+    import errno
+
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+
+    from ebm_jax.train.checkpoint import CheckpointError, StageCheckpoints
+
+    def too_long(self, step, *a, **k):
+        if raised == "OSError":
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG),
+                          "/w/" + "a" * 4090)
+        raise _tensorstore_error(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+
+    monkeypatch.setattr(ocp.CheckpointManager, "save", too_long)
+    ckpt = StageCheckpoints(tmp_path / "s", save_every=1, asynchronous=False)
+    with pytest.raises(CheckpointError) as e:
+        ckpt.save(10, {"w": jnp.zeros(2)}, {}, force=True)
+    ckpt.close()
+    msg = str(e.value)
+    assert msg.startswith(f"path too long at {tmp_path / 's' / 'checkpoints'}"), msg
+    assert "use a shorter --workdir" in msg and "[ENAMETOOLONG]" in msg
+    assert "\n" not in msg and len(msg) < 400
 
 
 def test_a_corrupt_checkpoints_error_is_one_line():

@@ -18,14 +18,14 @@ directory alone (`tfds.builder_from_directory`): a random-access source per spli
 
 Kinds and features:
 
-- "toy1d" (seed 000, sec. 4.1): split "train", {x, y: float32 (1,)}.
-- "images" (the contrastive benchmark, seed 002): splits "train", "test",
+- "toy1d" (the EBM regression paper, sec. 4.1): split "train", {x, y: float32 (1,)}.
+- "images" (the contrastive benchmark): splits "train", "test",
   {image: uint8 (H, W, C) = round(255 x), label: int64}.
-- "detection" (seed 000, sec. 4.2): split "train" (every image of the set, in order;
+- "detection" (the EBM regression paper, sec. 4.2): split "train" (every image of the set, in order;
   the recipe draws its splits), {image: uint8 (H, W, 3), image_id: int64,
   boxes / noisy_boxes: float32 (N, 4) x, y, w, h in the image's pixels,
   category: int64 (N,)}.
-- "tracking" (seed 003): split "train", one example per frame, sequences one after
+- "tracking" (SoCL, Wu & Chan): split "train", one example per frame, sequences one after
   another, {frame: uint8 (H, W, 3), sequence: int64 (index into metadata "sequences"),
   frame_index: int64, box: float32 (4,) (NaN where none), absent: bool, point /
   noisy_point: float32 (2,) (NaN where none)}.
@@ -51,6 +51,9 @@ class RecordsError(ValueError):
     another kind than the caller needs."""
 
 
+_WRITE_AGAIN = "write the records again (`ebm-jax records ...`)"
+
+
 def _tfds():
     try:
         import tensorflow_datasets as tfds
@@ -71,6 +74,12 @@ def _builder_class(kind: str):
         return _BUILDERS[kind]
     tfds = _tfds()
 
+    class _Info(tfds.core.DatasetInfo):
+        def initialize_from_bucket(self) -> None:
+            """Nothing to fetch: these datasets are not on tfds' bucket (whose lookup,
+            at every write, left an empty `tmp*tfds` folder in the system's temporary
+            folder)."""
+
     class _Records(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         VERSION = tfds.core.Version(VERSION)
 
@@ -85,7 +94,7 @@ def _builder_class(kind: str):
                         shape=shape, dtype=dtype,
                         encoding="bytes" if sum(d is None for d in shape) > 1 else "none")
                     for k, (shape, dtype) in self._features.items()}
-            return tfds.core.DatasetInfo(
+            return _Info(
                 builder=self, description=f"ebm_jax {kind} records ({self._meta})",
                 features=tfds.features.FeaturesDict(spec),
                 metadata=tfds.core.MetadataDict(self._meta), disable_shuffling=True)
@@ -120,7 +129,17 @@ def _write(kind: str, out, features, splits, metadata: dict) -> Path:
     if (path / "dataset_info.json").is_file():
         raise RecordsError(f"out: {path} already holds a dataset; give another --out "
                            "or delete it")
-    builder.download_and_prepare()
+    from ebm_jax.checks import writable_dir
+
+    try:
+        writable_dir("out", out)  # a read-only folder: one line, before any example
+    except ValueError as error:
+        raise RecordsError(str(error)) from None
+    try:
+        builder.download_and_prepare()
+    except OSError as error:  # e.g. a disk that fills up while writing
+        raise RecordsError(f"out: could not write {path}: {error.strerror or error}"
+                           + (f" ({error.filename})" if error.filename else "")) from None
     downloads = out / "downloads"  # tfds' download cache: nothing is downloaded
     if downloads.is_dir() and not any(f.is_file() for f in downloads.rglob("*")):
         import shutil
@@ -140,7 +159,7 @@ def _to_uint8(images: np.ndarray, name: str) -> np.ndarray:
 
 
 def write_toy1d_records(x, y, out, *, metadata: Mapping | None = None) -> Path:
-    """The pairs (x_i, y_i) of a 1D regression set (seed 000, sec. 4.1) as split
+    """The pairs (x_i, y_i) of a 1D regression set (the EBM regression paper, sec. 4.1) as split
     "train"; `metadata` (e.g. the dataset number and seed) is stored beside them."""
     x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
     if x.shape != y.shape or x.ndim not in (1, 2) or x.shape[1:] not in ((), (1,)) \
@@ -361,8 +380,8 @@ def _reason(error: BaseException) -> str:
 
 
 def _damaged(path: Path, reason: str) -> str:
-    return (f"{path}: the ArrayRecord file is truncated or corrupted ({reason}); write "
-            "the records again (`ebm-jax records ...`)")
+    return (f"{path}: the ArrayRecord file is truncated or corrupted ({reason}); "
+            f"{_WRITE_AGAIN}")
 
 
 def _open_file(path: Path, num_records: int):
@@ -371,8 +390,7 @@ def _open_file(path: Path, num_records: int):
     from array_record.python.array_record_module import ArrayRecordReader
 
     if not path.is_file():
-        raise RecordsError(f"{path}: the ArrayRecord file is missing; write the records "
-                           "again (`ebm-jax records ...`)")
+        raise RecordsError(f"{path}: the ArrayRecord file is missing; {_WRITE_AGAIN}")
     try:
         reader = ArrayRecordReader(str(path))
     except (RuntimeError, ValueError, OSError) as e:
@@ -388,6 +406,29 @@ def _open_file(path: Path, num_records: int):
     return reader
 
 
+def _read_builder(tfds, where: Path):
+    """tfds' builder of the dataset directory `where`; a description file that cannot
+    be read is a RecordsError naming it."""
+    from google.protobuf import json_format
+
+    from ebm_jax.io import CorruptFileError, read_json
+
+    for name in ("dataset_info.json", "features.json", "metadata.json"):
+        if (where / name).is_file():
+            try:
+                read_json(where / name, what="records file", fix=_WRITE_AGAIN)
+            except CorruptFileError as error:
+                raise RecordsError(str(error)) from None
+    try:
+        return tfds.builder_from_directory(str(where))
+    except Exception as error:  # noqa: BLE001 - valid JSON that tfds cannot use
+        file = where / "dataset_info.json" if isinstance(
+            error, json_format.ParseError) else where
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise RecordsError(f"{file}: not a records dataset tfds can read "
+                           f"({type(error).__name__}: {first}); {_WRITE_AGAIN}") from None
+
+
 def open_records(path, kind: str | None = None) -> Records:
     """Opens a dataset written by this module (from its directory alone); `kind`
     checks what it holds. Each ArrayRecord file is opened and its record count checked
@@ -395,7 +436,7 @@ def open_records(path, kind: str | None = None) -> Records:
     record."""
     tfds = _tfds()
     where = find_dataset_dir(path)
-    builder = tfds.builder_from_directory(str(where))
+    builder = _read_builder(tfds, where)
     meta = dict(builder.info.metadata or {})
     if meta.get("kind") not in KINDS:
         raise RecordsError(f"{where}: not an ebm_jax records dataset (metadata kind "

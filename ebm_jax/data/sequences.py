@@ -120,6 +120,8 @@ def _got10k_names(root: Path, sequences) -> list[str]:
         lines = list_file.read_text().splitlines()
         names = [line.strip() for line in lines if line.strip()]
         source = f"{list_file}"
+        for i, line in enumerate(lines, 1):
+            _check_folder_name(line.strip(), root, f"{list_file} line {i}")
     else:
         names = sorted(e.name for e in os.scandir(root)
                        if e.is_dir() and (Path(e.path) / "groundtruth.txt").is_file())
@@ -135,6 +137,17 @@ def _got10k_names(root: Path, sequences) -> list[str]:
             raise SequenceError(f"{root}: {source} names sequence {name!r}, but the "
                                 f"directory {root / name} does not exist")
     return _select(root, names, sequences)
+
+
+def _check_folder_name(name: str, root: Path, where: str) -> None:
+    """`name` (a list.txt entry) is one folder of `root`: not a path (absolute, with a
+    separator, "." or ".."), so a sequence, and what is written under its name (an
+    evaluation cache), never lies outside the root."""
+    if name and (name in (".", "..") or "/" in name or "\\" in name
+                 or os.path.isabs(name)):
+        raise SequenceError(f"{where} names {name!r}, which is not a folder name inside "
+                            f"{root}; rule: list.txt holds the names of the root's "
+                            "sequence folders, one a line, no paths")
 
 
 def _select(root: Path, names: list[str], sequences, groups: Mapping | None = None):
@@ -226,28 +239,46 @@ def read_got10k(root, *, split: str | None = None, sequences: Iterable[str] | No
     return out
 
 
-def _otb_targets(root: Path) -> tuple[dict[str, tuple[Path, Path]], dict[str, list[str]]]:
-    """Sequence name -> (folder, annotation file); folder -> its sequence names. Empty
-    annotation files are skipped (OTB's Human4 has an empty groundtruth_rect.1.txt); a
-    folder with several annotated targets (Jogging, Skating2) gives `<Seq>.<k>`, k from
+def _otb_targets(root: Path) -> tuple[dict[str, tuple[Path, Path]], dict[str, list[str]],
+                                      dict[str, str]]:
+    """Sequence name -> (folder, annotation file); folder -> its sequence names; folder
+    -> why it is not a sequence, for a folder that holds half of one (frames in img/
+    without an annotation, or an annotation file without img/). Empty annotation files
+    are skipped (OTB's Human4 has an empty groundtruth_rect.1.txt); a folder with
+    several annotated targets (Jogging, Skating2) gives `<Seq>.<k>`, k from
     `groundtruth_rect.<k>.txt`, as the GOT-10k toolkit names them."""
     targets: dict[str, tuple[Path, Path]] = {}
     groups: dict[str, list[str]] = {}
+    broken: dict[str, str] = {}
     for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if not entry.is_dir() or not (Path(entry.path) / "img").is_dir():
+        if not entry.is_dir():
             continue
-        found = []
+        found, named = [], []
         for f in sorted(os.listdir(entry.path)):
             match = _OTB_ANNOTATION.match(f)
             path = Path(entry.path) / f
-            if match and path.is_file() and path.read_text().strip():
-                found.append((int(match.group(1) or 0), path))
+            if match and path.is_file():
+                named.append(f)
+                if path.read_text().strip():
+                    found.append((int(match.group(1) or 0), path))
+        img = Path(entry.path) / "img"
+        if not img.is_dir():
+            if named:
+                broken[entry.name] = (f"it holds {named[0]} but {img} does not exist; "
+                                      "rule: an OTB sequence's frames are in its img/ "
+                                      "folder")
+            continue
+        if not found:
+            broken[entry.name] = (f"its frames are in {img} but it holds no non-empty "
+                                  "groundtruth_rect*.txt; rule: an OTB sequence has "
+                                  "its boxes in groundtruth_rect.txt")
+            continue
         found.sort()
         for k, path in found:
             name = entry.name if len(found) == 1 else f"{entry.name}.{k}"
             targets[name] = (Path(entry.path), path)
             groups.setdefault(entry.name, []).append(name)
-    return targets, groups
+    return targets, groups, broken
 
 
 def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "header",
@@ -260,12 +291,22 @@ def read_otb(root, *, sequences: Iterable[str] | None = None, verify: str = "hea
     restricts a sequence to the frames its annotation covers; folders with two targets
     (Jogging, Skating2: groundtruth_rect.1.txt / .2.txt) give Jogging.1 and Jogging.2.
     `sequences` may name a folder to select all its targets. OTB has no absence labels,
-    so every box must be valid. verify as in `read_got10k`."""
+    so every box must be valid. A folder with an annotation file but no img/, or frames
+    in img/ but no non-empty annotation, is refused when read (with all sequences, or
+    selected), never skipped. verify as in `read_got10k`."""
     check_choice("verify", verify, VERIFY_LEVELS)
     root = expand_root(root)
     if not root.is_dir():
         raise SequenceError(f"{root}: the OTB root directory does not exist")
-    targets, groups = _otb_targets(root)
+    targets, groups, broken = _otb_targets(root)
+    if sequences is not None and not isinstance(sequences, str):
+        sequences = list(sequences)
+    wanted = (list(broken) if sequences is None else
+              [sequences] if isinstance(sequences, str) else sequences)
+    for name in wanted:
+        if name in broken:
+            raise SequenceError(f"{root}: sequence {name!r}: {broken[name]} (or move the "
+                                "folder out of the root, or select the other sequences)")
     if not targets:
         raise SequenceError(f"{root}: no sequences found (sub-directories with img/ and "
                             "a non-empty groundtruth_rect*.txt); rule: a set has at least "

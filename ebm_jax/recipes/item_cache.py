@@ -13,11 +13,18 @@ or is not what it should be is computed again, with one warning line; a stale fi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from typing import Any
 
 from ebm_jax.io import CorruptFileError, atomic_write
+
+# what an item file holding numbers records about them: all of their digits (JSON's
+# shortest round-trip form of a float64), so that an item read back equals the one
+# computed, bit for bit, and a resumed run equals an uninterrupted one; a file without
+# it (rounded to 4 decimals by an earlier version) is stale: computed again
+FULL_PRECISION = "float64"
 
 
 class ItemCache:
@@ -37,6 +44,13 @@ class ItemCache:
             atomic_write(stage_dir / "identity.json", json.dumps(identity, indent=1) + "\n")
 
     def path(self, name: str):
+        """The file of item `name`, in this cache's folder: `name` is one file name
+        (no separator, not absolute, not "." or ".."), so that no item is read from or
+        written to another folder (a sequence named by a path)."""
+        if (not name or name in (".", "..") or "/" in name or "\\" in name
+                or os.path.isabs(name)):
+            raise ValueError(f"{self.what} {name!r}: the item's name must be one file "
+                             f"name inside {self.dir} (no path)")
         return self.dir / name
 
     def load(self, name: str, read: Callable[[Any], Any]):

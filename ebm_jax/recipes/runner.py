@@ -5,7 +5,8 @@
     cfg = load_config("experiments/ebm_regression/table1_toy1d.py:tiny")
     report = run_experiment(cfg, workdir="runs/demo", out="results/demo")
 
-Order: start JAX (multi-host if asked), check the work and output directories (never
+Order: start JAX (multi-host if asked), check the work and output directories (their
+lengths within the system's limits, with room for what the run writes there; never
 one inside the other; a symbolic link as `--out` is followed), take the lock on `--out`
 (`<parent>/.<name>.lock`, held to the end) and clear what an interrupted write of its
 results left, build the mesh, take the lock on the work directory, check every setting
@@ -24,6 +25,18 @@ import types
 
 from ebm_jax.report import Report, check_out, write_results
 from ebm_jax.report.output import clean_stale, out_contents
+
+
+# room the run's files need below (and beside) the directories it writes, for the
+# up-front check of their lengths (`checks.path_fits`): below a work directory a
+# stage's folder (`<stage>-<hash>`) holding orbax's temporary checkpoint files
+# (`checkpoints/<step>.orbax-checkpoint-tmp/state.orbax-checkpoint-tmp/ocdbt.process_0/
+# d/<32 hex digits>`), some 170 characters; below --out, from its staging folder
+# beside it (`.<name>.new-<pid>`, or `<name>.new-<date>-<time>` where it is kept),
+# a figure's temporary file (`.<figure>.png.<8 characters>.tmp`)
+WORKDIR_BELOW = 256
+OUT_BELOW = 80
+OUT_BESIDE = 24
 
 
 def recipe_of(cfg) -> types.ModuleType:
@@ -49,7 +62,7 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                    progress: bool = True, command: str | None = None,
                    log=print) -> Report:
     """Runs `cfg` through its recipe; writes `<out>/results.*` when `out` is given."""
-    from ebm_jax.checks import disjoint_dirs, writable_dir
+    from ebm_jax.checks import disjoint_dirs, path_fits, writable_dir
     from ebm_jax.io import is_local
     from ebm_jax.train import initialize_distributed, make_mesh
     from ebm_jax.train.records import versions
@@ -60,6 +73,9 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
     import jax
 
     workdir = workdir or default_workdir(cfg)
+    path_fits("--workdir", workdir, below=WORKDIR_BELOW)  # before any training
+    if out is not None:
+        path_fits("--out", out, below=OUT_BELOW, beside=OUT_BESIDE)
     available = len(jax.devices())
     devices = devices or (available if distributed else 1)
     if isinstance(devices, bool) or not 1 <= int(devices) <= available:

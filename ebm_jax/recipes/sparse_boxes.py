@@ -2,7 +2,7 @@
 Single Point Annotations", sec. 3.4 "Scale Regression-based Tracking", sec. 4.6 and
 Table 5): pseudo boxes from a box every T frames and a point in every other frame,
 made by SoCL-CF, train a box-regression tracker. Here the regressor is the energy-based
-box head (seed 000 sec. 5, NCE+) on SoCL-Siam's frozen backbone, trained on (a) every
+box head (the EBM regression paper, sec. 5, NCE+) on SoCL-Siam's frozen backbone, trained on (a) every
 true box, (b) the pseudo boxes at T = `sparse_every`, (c) only the sparse boxes; the
 same seeds, the same tracker (SiamFC's centre refined by the head).
 
@@ -30,7 +30,7 @@ import numpy as np
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.box_head_experiment import box_head_tracker
 from ebm_jax.recipes.box_head_stages import train_box_head
-from ebm_jax.recipes.item_cache import ItemCache
+from ebm_jax.recipes.item_cache import FULL_PRECISION, ItemCache
 from ebm_jax.recipes.socl_stages import point_annotations
 from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained, dcf_tracker, reuse_model
 from ebm_jax.recipes.tracking_stages import SIAMFC, dcf_settings
@@ -90,6 +90,8 @@ def _read_pseudo(path, seq) -> dict | None:
     except (KeyError, TypeError, ValueError) as error:
         raise CorruptFileError(f"cached pseudo boxes {path} are malformed ({error}); "
                                "computing them again") from error
+    if rec.get("precision") != FULL_PRECISION:
+        return None  # rounded to 4 decimals by an earlier version: stale
     return out
 
 
@@ -132,9 +134,10 @@ def pseudo_box_cache(env, seed: int, socl: Trained, every: int) -> dict:
                                radius=cfg.failure_radius, off_frame=math.inf)
             rec = res._asdict()
             cache.save(name, json.dumps({
-                "frames": len(seq), "boxes": np.round(rec["boxes"], 4).tolist(),
+                "frames": len(seq), "boxes": np.asarray(rec["boxes"], np.float64).tolist(),
                 "failed": rec["failed"].tolist(), "keyed": rec["keyed"].tolist(),
-                "seconds": np.round(rec["seconds"], 6).tolist()}) + "\n")
+                "seconds": np.asarray(rec["seconds"], np.float64).tolist(),
+                "precision": FULL_PRECISION}) + "\n")
         out[i] = rec
     return out
 

@@ -1,5 +1,5 @@
 """Box-Siam: SiamFC (Bertinetto et al. 2016) trained on ground-truth boxes, the
-fully-supervised baseline of SoCL (seed 003, Table 2), evaluated with the OTB and GOT-10k
+fully-supervised baseline of SoCL (Wu & Chan, Table 2), evaluated with the OTB and GOT-10k
 toolkit metrics beside two trackers that learn nothing: one that never moves (the first
 box in every frame) and SiamFC with its random initial backbone.
 
@@ -16,7 +16,7 @@ No hyperparameter is tuned: the tracking and training settings are SiamFC's publ
 ones (REFERENCE.md sec. 4); only the model width, the number of steps and the data size
 are scaled to the machine.
 
-The "box-head" experiment (seed 000 sec. 5, Table 4;
+The "box-head" experiment (the EBM regression paper, sec. 5, Table 4;
 `ebm_jax.recipes.box_head_experiment`) adds, per seed and loss, a box head trained on
 that seed's Box-Siam, refined on the head's energy, against SiamFC's own scale search;
 its settings are chosen on the last `validation_sequences` of the training split:
@@ -105,7 +105,7 @@ class Config:
     reference_note: str = ""
     seed: int = 0  # the data's seed
     experiment: str = "box-siam"  # a row of EXPERIMENTS: the arms trained and tracked
-    # the box-head experiment (seed 000 sec. 5): the head's settings (the method inside
+    # the box-head experiment (the EBM regression paper, sec. 5): the head's settings (the method inside
     # is set per arm), the losses compared, joint training of the backbone, and the
     # validation split (the last `validation_sequences` of the generated training split,
     # trained on by no arm) on which the refinement's step lengths (`step_scales` x
@@ -200,8 +200,11 @@ class Config:
 
 # The named presets config files start from (`preset`): configs that share stages take
 # their sizes from here, so that they cannot drift apart. "quick" is the Config defaults.
+# the MoCo stage of `--config.init=moco` on a tiny variant: seconds, as the rest of it
+TINY_MOCO = MoCoPretraining(steps=4, batch_size=8, crops=16, crop_size=32, input_size=32,
+                            queue_size=16, num_splits=2, probe_size=32, probe_epochs=2)
 TINY_DATA = dict(num_test_sequences=2, num_frames=8, frame_height=96, frame_width=128,
-                 width=0.125, seeds=(0,))  # seconds; the tests
+                 width=0.125, seeds=(0,), moco=TINY_MOCO)  # seconds; the tests
 PAPER_DATA = dict(  # the published net and SiamFC's schedule: 50 epochs of 6650 pairs
     num_train_sequences=500, num_test_sequences=100, num_frames=150, frame_height=360,
     frame_width=480, width=1.0, steps=41_560, batch_size=8, seeds=(0, 1, 2))
@@ -286,7 +289,7 @@ EXPERIMENTS = {
     "box-siam": Experiment(lambda cfg: [
         Arm("random", "random", random_start, uses=("box-siam",)),
         Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static", "random"))]),
-    "box-head": Experiment(box_head_arms, paper="seed 000 Table 4",
+    "box-head": Experiment(box_head_arms, paper="the EBM regression paper's Table 4",
                            choose=choose_box_head_arms, after=coarse_evaluation),
 }
 
@@ -334,7 +337,8 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     figures = {}
     net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
     title = (f"Box-Siam (SiamFC, {net} width {cfg.width}) trained {cfg.steps} steps on "
-             f"{len(data.train)} generated sequences; seeds {list(cfg.seeds)}")
+             f"{len(data.train)} {report.training_data_name(cfg.train_data)} "
+             f"sequences; seeds {list(cfg.seeds)}")
     if validation is not None:
         title = (f"Box heads (KLD-IS, NCE, NCE+, ML-IS) on Box-Siam (SiamFC, {net} width "
                  f"{cfg.width}, {cfg.steps} steps; heads {cfg.box_head.steps} steps"

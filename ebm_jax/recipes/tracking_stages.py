@@ -25,7 +25,7 @@ from etils import epath
 from ebm_jax.config import ConfigError
 from ebm_jax.data.tracking_pairs import PORT_PAIRS
 from ebm_jax.io import CorruptFileError, read_json
-from ebm_jax.recipes.item_cache import ItemCache
+from ebm_jax.recipes.item_cache import FULL_PRECISION, ItemCache
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.tracking.siamfc_training import PORT_TRAINING
 
@@ -66,14 +66,27 @@ def annotation_identity(sequences, ctx=None) -> dict:
 
 
 def open_data(cfg, ctx) -> TrackingData:
-    """Generates (once) and opens the data; every reader check runs here, before any
-    training."""
+    """Opens the data, the real sets (GOT-10k, OTB) first, then generates (once) the
+    benchmark: a root that cannot be used is refused before anything is generated;
+    every reader check runs here, before any training."""
     from ebm_jax.data.sequences import read_got10k, read_otb
     from ebm_jax.data.tracking import generate_tracking_split, spec_identity
     from ebm_jax.io import content_hash
 
+    real, identity = {}, {}  # the real sets, read (and checked) before any generation
+    train = train_identity = None
+    if cfg.got10k_root is not None:
+        if cfg.train_data == "got10k":
+            train = read_got10k(cfg.got10k_root, split="train")
+            train_identity = {"got10k-train": annotation_identity(train, ctx)}
+            ctx.log(f"GOT-10k train: {len(train)} sequences")
+        real["got10k-val"] = read_got10k(cfg.got10k_root, split="val")
+        identity["got10k-val"] = annotation_identity(real["got10k-val"], ctx)
+    if cfg.otb_root is not None:
+        real["otb"] = read_otb(cfg.otb_root)
+        identity["otb"] = annotation_identity(real["otb"], ctx)
     root = epath.Path(cfg.data_root) if cfg.data_root else ctx.workdir / "data"
-    generated, identity = {}, {}
+    generated = {}
     for split, spec in generated_specs(cfg, ctx).items():
         ident = spec_identity(spec)
         dest = root / f"{split}-{content_hash(ident, 8)}"
@@ -83,20 +96,10 @@ def open_data(cfg, ctx) -> TrackingData:
         identity[f"generated-{split}"] = ident
         ctx.log(f"generated {split} split: {len(generated[split])} sequences x "
                 f"{cfg.num_frames} frames of {cfg.frame_width}x{cfg.frame_height} at {dest}")
-    eval_sets = {"generated-test": generated["test"]}
-    train, identity["train"] = generated["train"], identity["generated-train"]
-    if cfg.got10k_root is not None:
-        if cfg.train_data == "got10k":
-            train = read_got10k(cfg.got10k_root, split="train")
-            identity["train"] = {"got10k-train": annotation_identity(train, ctx)}
-            ctx.log(f"GOT-10k train: {len(train)} sequences")
-        val = read_got10k(cfg.got10k_root, split="val")
-        eval_sets["got10k-val"] = val
-        identity["got10k-val"] = annotation_identity(val, ctx)
-    if cfg.otb_root is not None:
-        otb = read_otb(cfg.otb_root)
-        eval_sets["otb"] = otb
-        identity["otb"] = annotation_identity(otb, ctx)
+    eval_sets = {"generated-test": generated["test"], **real}
+    if train is None:
+        train, train_identity = generated["train"], identity["generated-train"]
+    identity["train"] = train_identity
     return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
 
 
@@ -386,17 +389,20 @@ def evaluate(ctx, tracker_name: str, identity: dict, eval_set: str, sequences, r
         if rec is None:
             boxes, seconds = run(seq)
             rec = {"name": seq.name, "frames": len(seq),
-                   "boxes": np.round(np.asarray(boxes, np.float64), 4).tolist(),
-                   "seconds": np.asarray(seconds, np.float64).round(6).tolist()}
+                   "boxes": np.asarray(boxes, np.float64).tolist(),
+                   "seconds": np.asarray(seconds, np.float64).tolist(),
+                   "precision": FULL_PRECISION}
             cache.save(f"{seq.name}.json", json.dumps(rec) + "\n")
         out.append(rec)
     return out
 
 
+
 def read_sequence_result(path, seq) -> dict | None:
     """The cached result of `seq` in `path`; None for a result of another length (the
-    sequence changed); CorruptFileError for a file that is corrupt (cut short,
-    garbled, boxes or times of the wrong shape or not finite)."""
+    sequence changed) or one rounded by an earlier version (not `FULL_PRECISION`);
+    CorruptFileError for a file that is corrupt (cut short, garbled, boxes or times of
+    the wrong shape or not finite)."""
     rec = read_json(path, what="cached tracking result", fix="tracking the sequence again")
     if not isinstance(rec, dict) or not isinstance(rec.get("frames"), int):
         raise CorruptFileError(f"cached tracking result {path} is not a result "
@@ -412,6 +418,8 @@ def read_sequence_result(path, seq) -> dict | None:
         raise CorruptFileError(f"cached tracking result {path} does not hold "
                                f"{len(seq)} boxes and times of sequence {seq.name!r}; "
                                "tracking the sequence again")
+    if rec.get("precision") != FULL_PRECISION:
+        return None  # rounded by an earlier version: stale
     return rec
 
 

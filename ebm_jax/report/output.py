@@ -27,22 +27,43 @@ class Report:
         return self.payload.get("tables", {})
 
 
-def _ours(out: epath.Path) -> bool:
+def _ours(out: epath.Path) -> dict | None:
+    """The manifest of the results in `out`, None where it holds none of this
+    project's."""
     path = out / MANIFEST
     if not path.is_file():
-        return False
+        return None
     try:
         data = read_json(path, what="results file")
     except ValueError:
-        return False
-    return isinstance(data, dict) and "ebm_jax" in data
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("ebm_jax"), dict)
+    return data if ok else None
+
+
+def _not_written(out: epath.Path, manifest: dict) -> list[str]:
+    """What `out` holds that the run of `manifest` did not write: anything but the
+    files its manifest lists (results written before it listed them: results.json,
+    results.md and the PNG figures beside them) and their folders."""
+    found = out_contents(out) if is_local(out) else {p.name: (0,) for p in out.iterdir()}
+    listed = manifest["ebm_jax"].get("files")
+    if isinstance(listed, list) and all(isinstance(f, str) for f in listed):
+        files = set(listed)
+    else:
+        files = {MANIFEST, "results.md"} | {k for k, v in found.items()
+                                             if v and "/" not in k and k.endswith(".png")}
+    folders = {os.path.dirname(f) for f in files} - {""}
+    folders |= {os.path.dirname(d) for d in folders} - {""}
+    return sorted(k for k, v in found.items()
+                  if (k not in files if v else k not in folders))
 
 
 def check_out(out) -> epath.Path:
     """`--out` must be new, empty, or a results directory this project wrote (which
-    the new results then replace whole). Checked before training. Returns the
-    directory to write: a symbolic link is resolved (the results replace what it
-    points to, and the link stays); a dangling one is refused."""
+    the new results then replace whole) holding nothing else: a file no run wrote (a
+    user's notes) is refused. Checked before training. Returns the directory to write:
+    a symbolic link is resolved (the results replace what it points to, and the link
+    stays); a dangling one is refused."""
     from ebm_jax.checks import dangling_link, real_path, writable_dir
 
     out = epath.Path(out)
@@ -51,10 +72,17 @@ def check_out(out) -> epath.Path:
         out = epath.Path(real_path(out))
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out must be a directory, got the file {out}")
-    if out.exists() and any(out.iterdir()) and not _ours(out):
-        raise ValueError(f"--out {out} is not empty and holds no {MANIFEST} of an "
-                         "earlier run: choose a new or empty directory (nothing there "
-                         "is overwritten)")
+    if out.exists() and any(out.iterdir()):
+        manifest = _ours(out)
+        if manifest is None:
+            raise ValueError(f"--out {out} is not empty and holds no {MANIFEST} of an "
+                             "earlier run: choose a new or empty directory (nothing "
+                             "there is overwritten)")
+        if foreign := _not_written(out, manifest):
+            raise ValueError(f"--out {out} holds {_names(foreign)}, which no run wrote, "
+                             "beside the earlier results that the new ones replace "
+                             "whole: move it out of the directory, or choose another "
+                             "--out (nothing there is overwritten)")
     writable_dir("--out", out.parent if not out.exists() else out)
     return out
 
@@ -153,7 +181,9 @@ def write_results(out, report: Report, meta: dict, log=print,
             fig = draw()
             atomic_savefig(fig, stage / name)
             plt.close(fig)
-        payload = {"ebm_jax": meta, **report.payload}
+        # what this run wrote: a later run replaces these, and refuses anything else
+        files = sorted({MANIFEST, "results.md", *report.figures})
+        payload = {"ebm_jax": {**meta, "files": files}, **report.payload}
         atomic_write(stage / "results.md", markdown)
         atomic_write(stage / MANIFEST, json.dumps(payload, indent=2, default=_json) + "\n")
         if local and stage != out:

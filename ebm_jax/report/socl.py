@@ -20,7 +20,7 @@ from ebm_jax.models.tracking_backbones import backbone_title
 from ebm_jax.report import Report
 from ebm_jax.report.statistics import paired_seeds_and_sequences
 from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
-from ebm_jax.report.tracking import start_markdown
+from ebm_jax.report.tracking import start_markdown, training_data_name
 
 GOT10K_FRAMES = 1.4e6  # boxes in GOT-10k's train split (the paper's Table 4)
 METRICS = (("auc", "AUC"), ("precision", "prec. @20px"), ("ao", "AO"), ("sr50", "SR0.5"),
@@ -155,7 +155,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
                                                for k, _ in METRICS] + ["-", "-"])
     net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
     md = [f"## SoCL {exp}: SiamFC {net} width {cfg.width}, {cfg.socl_steps} SoCL steps of "
-          f"{cfg.videos} videos, {len(train)} generated training sequences\n",
+          f"{cfg.videos} videos, {len(train)} {training_data_name(cfg.train_data)} "
+          "training sequences\n",
           f"Generated {split} split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]

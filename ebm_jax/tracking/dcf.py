@@ -70,7 +70,8 @@ class DCFSettings:
     levels: backbone levels whose features the filter uses, shallow to deep; None: the
     backbone's two `dcf_levels` (AlexNet conv1 and conv5; ResNet-18 conv1 and layer3, the
     paper's), fixed by `for_backbone`. level_weights: the weight of each level's
-    response in the sum. crop_size: the sample's side in pixels
+    response in the sum; None: 1 for each level (fixed by `for_backbone`). crop_size:
+    the sample's side in pixels
     fed to the backbone; search_area: the sample's side in frame pixels is search_area
     x sqrt(w h) of the target (ECO's search_area_scale 4.5). label_sigma: the label's
     std as a fraction of sqrt(w h) (ECO's output_sigma_factor 1/8). reg: lambda, as a
@@ -83,7 +84,7 @@ class DCFSettings:
     """
 
     levels: tuple[int, ...] | None = None
-    level_weights: tuple[float, ...] = (1.0, 1.0)
+    level_weights: tuple[float, ...] | None = None
     crop_size: int = 255
     search_area: float = 4.5
     label_sigma: float = 0.125
@@ -99,8 +100,9 @@ class DCFSettings:
     def __post_init__(self):
         if self.levels is not None:
             object.__setattr__(self, "levels", tuple(self.levels))
-        object.__setattr__(self, "level_weights",
-                           tuple(float(w) for w in self.level_weights))
+        if self.level_weights is not None:
+            object.__setattr__(self, "level_weights",
+                               tuple(float(w) for w in self.level_weights))
         if self.levels is not None and (not self.levels or any(
                 isinstance(v, bool) or int(v) != v or v < 0 for v in self.levels)):
             raise ValueError(f"DCFSettings.levels must be backbone level indices >= 0, "
@@ -108,9 +110,10 @@ class DCFSettings:
         if self.levels is not None and list(self.levels) != sorted(set(self.levels)):
             raise ValueError(f"DCFSettings.levels must be increasing, got {self.levels!r}")
         count = 2 if self.levels is None else len(self.levels)
-        if len(self.level_weights) != count or not all(
-                math.isfinite(w) and w >= 0 for w in self.level_weights) or not any(
-                w > 0 for w in self.level_weights):
+        weights = self.level_weights
+        if weights is not None and (len(weights) != count or not all(
+                math.isfinite(w) and w >= 0 for w in weights) or not any(
+                w > 0 for w in weights)):
             raise ValueError(f"DCFSettings.level_weights must be one finite weight >= 0 "
                              f"per level ({count}), not all 0, got "
                              f"{self.level_weights!r}")
@@ -142,10 +145,14 @@ class DCFSettings:
 
     def for_backbone(self, backbone) -> "DCFSettings":
         """These settings with `levels` fixed: the backbone's `dcf_levels` (a module or
-        its class) where None, as given otherwise."""
-        if self.levels is not None:
+        its class) where None, as given otherwise; and `level_weights` 1 per level
+        where None."""
+        if self.levels is not None and self.level_weights is not None:
             return self
-        return dataclasses.replace(self, levels=tuple(backbone.dcf_levels))
+        levels = tuple(backbone.dcf_levels) if self.levels is None else self.levels
+        weights = ((1.0,) * len(levels) if self.level_weights is None
+                   else self.level_weights)
+        return dataclasses.replace(self, levels=levels, level_weights=weights)
 
     def target_pixels(self) -> float:
         """sqrt(w h) of the target in crop pixels: crop_size / search_area."""

@@ -166,11 +166,11 @@ class StageCheckpoints:
             raise self._unwritable(e) from None
 
     def _unwritable(self, error: BaseException) -> CheckpointError:
-        """One line: the checkpoint being written and the operating system's reason."""
+        """One line: the operating system's reason and what to do first (where it is
+        a full disk or a path too long), then the checkpoint being written."""
         step = getattr(self, "_saving", None)
         where = f"{self.directory}/{step}" if step is not None else str(self.directory)
-        return CheckpointError(f"could not write checkpoint {where}: "
-                               f"{_cause(error)}")
+        return CheckpointError(_cause(error, self.directory, where))
 
     def __enter__(self):
         return self
@@ -233,26 +233,51 @@ class StageCheckpoints:
         )
 
 
-def _cause(error: BaseException) -> str:
-    """The operating-system error inside `error` (orbax wraps it), as one line with
-    what to do; else the error's first line."""
+def _os_error(error: BaseException) -> tuple[int, str, str | None] | None:
+    """(errno, strerror, file name) of the operating-system error inside `error`: an
+    OSError in its chain (orbax wraps it), or the code TensorStore writes at the end of
+    its message (`[os_error_code='28']`); None where there is none."""
     import errno
+    import re
 
     seen, e = set(), error
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno is not None:
             name = e.filename if isinstance(e.filename, str) else None
-            text = f"{e.strerror or e} [{errno.errorcode.get(e.errno, e.errno)}]"
-            if e.errno == errno.ENAMETOOLONG:
-                length = f"{len(name)} characters: " if name else ""
-                return f"{text}: the path is too long ({length}use a shorter --workdir)"
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                return f"{text}: free some space, or use a --workdir on another disk"
-            return text + (f" ({name})" if name else "")
+            return e.errno, e.strerror or os.strerror(e.errno), name
+        found = re.search(r"os_error_code='?(\d+)", str(e))
+        if found:
+            code = int(found.group(1))
+            return code, os.strerror(code), None
+        for code in (errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG):
+            if os.strerror(code) in str(e):
+                return code, os.strerror(code), None
         e = e.__cause__ or e.__context__
-    first = (str(error).strip().splitlines() or [""])[0][:300]
-    return f"{type(error).__name__}: {first}"
+    return None
+
+
+def _cause(error: BaseException, directory, where: str) -> str:
+    """The message of a failed checkpoint write at `where` (under `directory`): a full
+    disk or a path too long says so first, with the fix; another operating-system
+    error is named with its code; else the error's first line."""
+    import errno
+
+    found = _os_error(error)
+    if found is None:
+        first = (str(error).strip().splitlines() or [""])[0][:300]
+        return f"could not write checkpoint {where}: {type(error).__name__}: {first}"
+    code, text, name = found
+    tag = f"[{errno.errorcode.get(code, code)}]"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return (f"{text[0].lower()}{text[1:]} at {directory}: free some space, or use a "
+                f"--workdir on another disk (while writing checkpoint {where}) {tag}")
+    if code == errno.ENAMETOOLONG:
+        length = f" ({len(name)} characters)" if name else ""
+        return (f"path too long at {directory}{length}: use a shorter --workdir (while "
+                f"writing checkpoint {where}) {tag}")
+    return f"could not write checkpoint {where}: {text} {tag}" + (
+        f" ({name})" if name else "")
 
 
 def load_stage_params(run_dir: str | os.PathLike, stage: str, target, *,

@@ -69,13 +69,16 @@ def fit(
     description: str = "train",
     on_metrics: Callable[[int, dict], None] | None = None,
     global_batches: bool = False,
+    final_meta: Callable[[], dict] | None = None,
 ) -> TrainState:
     """Trains one stage to `num_steps` steps; see the module docstring.
 
     `state` is the freshly initialised state (used as is, or as the restore target);
     `batches(s)` returns this process's share of the batch of step s (stacked over
     `steps_per_call` steps when the step scans several), or, with `global_batches`, the
-    whole global batch, identical on every process.
+    whole global batch, identical on every process. `final_meta()`, called once the
+    last step's metrics are recorded, adds its entries to the last checkpoint's meta
+    (what the stage measured, kept with the parameters it describes).
     """
     stage_dir = epath.Path(stage_dir)
     per_call = step_fn.steps_per_call
@@ -140,6 +143,8 @@ def fit(
                     records.log(done, host)
                     bar.set_postfix(loss=f"{float(host['loss']):.4f}", it_s=f"{rate:.1f}")
                 meta = {"config": config, "next_step": done, "data": {"next_step": done}}
+                if done == num_steps and final_meta is not None:
+                    meta.update(final_meta())
                 if done % save_every == 0 or done == num_steps:
                     ckpt.save(done, state, meta, force=True)
                 if on_metrics is not None and (done % log_every == 0 or done == num_steps):

@@ -10,8 +10,9 @@ checkpoint) starts the file over. A final line cut short (a run killed while app
 it: no newline, not JSON) is dropped on resume when it is provably past the checkpoint
 (its step, or the complete row before it, is at or past the restored step) and that
 step is logged again; anything else that is not a row is refused (rerun with
---restart), never skipped: `final_loss` and the timings of the results come from these
-rows.
+--restart), never skipped: `final_loss` and the timings of the results are measured
+from these rows when the stage finishes, and stored with its last checkpoint
+(`ebm_jax.train.stages.finished_figures`).
 """
 
 from __future__ import annotations

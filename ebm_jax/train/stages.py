@@ -315,8 +315,9 @@ class RunContext:
 
 @dataclasses.dataclass(frozen=True)
 class StageFigures:
-    """What every training stage reports, read back from its metrics.jsonl (so that a
-    resumed or finished stage reports the same)."""
+    """What every training stage reports, measured from its metrics.jsonl when it
+    finishes and stored with its last checkpoint (`finished_figures`), so that a resumed
+    or finished stage reports the same, whatever becomes of metrics.jsonl afterwards."""
 
     steps: int
     seconds: float  # training seconds summed over the logged intervals
@@ -329,7 +330,9 @@ class StageFigures:
         return dataclasses.asdict(self)
 
 
-def stage_figures(stage_dir, num_steps: int) -> StageFigures:
+def stage_figures(stage_dir, num_steps: int, *, finished: bool = False) -> StageFigures:
+    """The figures of a stage measured from its metrics.jsonl; with `finished`, the
+    rows must reach `num_steps` (a CorruptFileError naming the file otherwise)."""
     from ebm_jax.train.records import read_metrics
 
     rows = [r for r in read_metrics(stage_dir) if "steps_per_second" in r]
@@ -344,6 +347,17 @@ def stage_figures(stage_dir, num_steps: int) -> StageFigures:
     compile_s = 0.0
     if per_step and median is not None:
         compile_s = max(0.0, steps[0] * (per_step[0] - median))
+    if finished and (not rows or rows[-1]["step"] != num_steps):
+        from ebm_jax.train.records import METRICS
+
+        path = epath.Path(stage_dir) / METRICS
+        ends = f"ends at step {rows[-1]['step']}" if rows else "holds no step"
+        raise CorruptFileError(
+            f"metrics file {path} {ends}, but the stage finished at step {num_steps} "
+            "(the file was cut short, edited or removed) and its checkpoint holds no "
+            "figures of its own (it finished before they were stored there): its final "
+            f"loss and timings are unknown; delete {epath.Path(stage_dir)} to train the "
+            "stage again, or rerun with --restart")
     losses = [float(np.mean(r["loss"])) for r in rows if "loss" in r]
     return StageFigures(
         steps=int(num_steps), seconds=seconds, seconds_per_step=median,
@@ -387,9 +401,36 @@ class TrainStage:
                     config=self.full_identity, save_every=save_every, keep=self.keep,
                     log_every=self.log_every, restart=ctx.should_restart(stage_dir),
                     progress=ctx.progress, description=self.name,
-                    global_batches=self.global_batches, on_metrics=on_metrics)
+                    global_batches=self.global_batches, on_metrics=on_metrics,
+                    final_meta=lambda: {FIGURES: stage_figures(
+                        stage_dir, self.num_steps).asdict()})
         ctx.current = None
-        return state, stage_figures(stage_dir, self.num_steps)
+        return state, finished_figures(stage_dir, self.num_steps)
+
+
+FIGURES = "figures"  # the entry of a finished stage's last checkpoint meta
+
+
+def finished_figures(stage_dir, num_steps: int) -> StageFigures:
+    """The figures of a finished stage: those stored with its last checkpoint when it
+    finished; for a stage that finished before they were stored there, measured from
+    its metrics.jsonl, which must then reach its last step (else one CorruptFileError
+    naming the file, never a figure of part of the run)."""
+    from ebm_jax.train.checkpoint import StageCheckpoints, latest_step
+
+    step = latest_step(stage_dir)
+    if step is not None:
+        ckpt = StageCheckpoints(stage_dir, save_every=1, asynchronous=False)
+        try:
+            meta = ckpt.read_meta(step)
+        finally:
+            ckpt.close()
+        stored = meta.get(FIGURES)
+        names = {f.name for f in dataclasses.fields(StageFigures)}
+        if (meta.get("next_step") == num_steps and isinstance(stored, dict)
+                and set(stored) == names):
+            return StageFigures(**stored)
+    return stage_figures(stage_dir, num_steps, finished=True)
 
 
 _LAST: RunContext | None = None
@@ -420,6 +461,7 @@ __all__ = [
     "RunLockedError",
     "StageFigures",
     "TrainStage",
+    "finished_figures",
     "interrupted_message",
     "last_context",
     "process_alive",

@@ -289,3 +289,81 @@ def test_grain_reading_a_damaged_record_names_the_file(tmp_path, digits):
     with pytest.raises(rec.RecordsError, match=rf"{train}: the ArrayRecord file is "
                        r"truncated or corrupted \(chunk data hash mismatch\)"):
         reader(0)
+
+
+@pytest.mark.parametrize("name,text", [("metadata.json", '{"kind": "images", garbled'),
+                                       ("features.json", "{garbled"),
+                                       ("dataset_info.json", '{"name": garbled'),
+                                       ("dataset_info.json", '{"no_such_field": 1}')])
+def test_garbled_records_files_are_one_line_naming_them(tmp_path, digits, capsys, name,
+                                                        text):
+    """`records info` on a garbled metadata.json named no file; on a garbled
+    dataset_info.json it was 46 lines of protobuf traceback."""
+    import shutil
+
+    from ebm_jax import cli
+
+    copy = tmp_path / "d"
+    shutil.copytree(digits[1], copy)
+    (copy / name).write_text(text)
+    with pytest.raises(rec.RecordsError, match=str(copy)):
+        rec.open_records(copy)
+    capsys.readouterr()
+    assert cli.main(["records", "info", str(copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ebm-jax records: error: ")
+    assert str(copy / name) in err and "write the records again" in err
+
+
+def _tiny_got10k(tmp_path):
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+
+    return generate_tracking_split(tmp_path / "got", TrackingSpec(
+        split="train", num_sequences=1, num_frames=2, height=48, width=64, seed=1),
+        progress=False)
+
+
+def test_records_to_a_read_only_dir_is_one_line(tmp_path, monkeypatch, capsys):
+    """`records tracking` to a directory that cannot be written was an OSError
+    traceback (a read-only file system: simulated, as root writes anywhere)."""
+    import errno
+    import os
+
+    from ebm_jax import cli
+
+    root = _tiny_got10k(tmp_path)
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    mkdir = os.mkdir
+
+    def refuse(path, *a, **k):
+        if str(path).startswith(str(read_only)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return mkdir(path, *a, **k)
+
+    monkeypatch.setattr(os, "mkdir", refuse)
+    capsys.readouterr()
+    out = read_only / "trk"
+    assert cli.main(["records", "tracking", "--root", str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err[-2000:]
+    assert str(out) in err and os.strerror(errno.EROFS) in err
+
+
+def test_records_writes_leave_nothing_in_the_temporary_folder(tmp_path, monkeypatch,
+                                                              capsys):
+    """Every write left an empty `tmp*tfds` folder in the system's temporary folder."""
+    import tempfile
+
+    from ebm_jax import cli
+
+    root = _tiny_got10k(tmp_path)
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    assert cli.main(["records", "toy1d", "--dataset", "1", "--num", "8", "--out",
+                     str(tmp_path / "t")]) == 0
+    assert cli.main(["records", "tracking", "--root", str(root), "--out",
+                     str(tmp_path / "trk")]) == 0
+    assert cli.main(["records", "info", str(tmp_path / "trk")]) == 0
+    assert list(system_tmp.iterdir()) == []

@@ -420,3 +420,46 @@ def test_a_truncated_frame_is_refused_by_the_default_check(tmp_path, fmt, cut):
                                             rf"cut short .*{fmt} end marker is missing"):
         read_got10k(tmp_path)
     read_got10k(tmp_path, verify="exists")  # the first frame only
+
+
+# --------------------------------------------------- sec. 2: silent wrong results
+
+
+@pytest.mark.parametrize("entry", ["ABS", "../elsewhere", "sub/a", ".", "..", "a\\b"])
+def test_a_list_txt_entry_outside_the_root_is_refused(tmp_path, entry):
+    root = make_got10k(tmp_path / "set")
+    make_got10k_sequence(tmp_path / "elsewhere")
+    (root / "sub").mkdir()
+    make_got10k_sequence(root / "sub" / "a")
+    entry = str(tmp_path / "elsewhere") if entry == "ABS" else entry
+    (root / "list.txt").write_text(f"a\n{entry}\n")
+    with pytest.raises(SequenceError) as caught:
+        read_got10k(root)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"{root / 'list.txt'} line 2 names {entry!r}" in message
+    assert "a folder name inside" in message and str(root) in message
+
+
+def test_an_otb_folder_whose_img_is_renamed_is_one_clear_error(tmp_path):
+    for name in ("Basketball", "Boy"):
+        make_otb_sequence(tmp_path, name, range(1, 4),
+                          {"groundtruth_rect.txt": [[1, 2, 3, 4]] * 3})
+    assert [s.name for s in read_otb(tmp_path)] == ["Basketball", "Boy"]
+    (tmp_path / "Boy" / "img").rename(tmp_path / "Boy" / "images")
+    with pytest.raises(SequenceError) as caught:
+        read_otb(tmp_path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"{tmp_path}: sequence 'Boy':" in message
+    assert f"{tmp_path / 'Boy' / 'img'} does not exist" in message
+    with pytest.raises(SequenceError, match="'Boy'.*img does not exist"):
+        read_otb(tmp_path, sequences=["Boy"])
+    # a selection that leaves it out reads the others
+    assert [s.name for s in read_otb(tmp_path, sequences=["Basketball"])] == ["Basketball"]
+    # frames in img/ but no annotation file left (renamed): also named
+    (tmp_path / "Boy" / "images").rename(tmp_path / "Boy" / "img")
+    (tmp_path / "Boy" / "groundtruth_rect.txt").rename(tmp_path / "Boy" / "gt.txt")
+    with pytest.raises(SequenceError, match=r"sequence 'Boy': .*no non-empty "
+                                            r"groundtruth_rect\*\.txt"):
+        read_otb(tmp_path)

@@ -234,3 +234,73 @@ def test_normalized_precision_brute_force():
     curve = [np.mean(np.array(errors) <= t) for t in np.arange(51) / 100]
     np.testing.assert_allclose(tm.normalized_precision_curve(pred, gt), curve)
     assert tm.otb_metrics([pred], [gt])["norm_precision"] == pytest.approx(curve[20])
+
+
+def annotation_boxes(rng, n):
+    """Boxes as annotation files hold them (0.1 px), of sizes drawn apart from any other
+    box's: decimals that binary floating point does not hold exactly."""
+    return np.round(random_boxes(rng, n), 1)
+
+
+def test_centre_errors_and_curves_are_the_toolkits_to_the_last_bit():
+    """The toolkit's centre is `xy + (wh - 1) / 2`. Between two boxes the -1/2 cancels,
+    so `xy + wh / 2` moves an error by rounding only, which no tolerance sees; but a
+    curve counts an error against its thresholds with <=, so at a threshold the rounding
+    decides. Every centre-based figure is therefore compared with the toolkit (and
+    pytracking's normalised error, which the toolkit lacks) exactly, on boxes whose sizes
+    differ between prediction and ground truth, and at two thresholds by hand."""
+    pytest.importorskip("got10k")
+    pytest.importorskip("shapely")
+    from got10k.experiments.otb import ExperimentOTB
+    from got10k.utils.metrics import center_error, rect_iou
+
+    def toolkit_centre(boxes):  # got10k.utils.metrics.center_error's
+        return boxes[..., :2] + (boxes[..., 2:] - 1) / 2
+
+    def normalized(pred, gt):  # pytracking calc_err_center(normalized=True)
+        d = (toolkit_centre(pred) - toolkit_centre(gt)) / gt[..., 2:]
+        return np.sqrt(np.sum(np.power(d, 2), axis=-1))
+
+    otb = object.__new__(ExperimentOTB)
+    otb.nbins_iou, otb.nbins_ce = 21, 51
+    rng = np.random.default_rng(7)
+    gts = [annotation_boxes(rng, n) for n in (40, 9, 61)]
+    preds = [annotation_boxes(rng, len(g)) for g in gts]  # sizes of their own
+    for pred, gt in zip(preds, gts):
+        near = pred[::2]  # half the frames near the truth, for precision's thresholds
+        near[:, :2] = np.round(gt[::2, :2] + rng.normal(0, 8, (len(near), 2)), 1)
+    for pred, gt in zip(preds, gts):
+        assert (pred[:, 2:] != gt[:, 2:]).all()
+        np.testing.assert_array_equal(tm.center_error(pred, gt), center_error(pred, gt))
+        np.testing.assert_array_equal(tm.normalized_center_error(pred, gt),
+                                      normalized(pred, gt))
+        _, prec = otb._calc_curves(rect_iou(pred.copy(), gt.copy()),
+                                   center_error(pred, gt))
+        np.testing.assert_array_equal(tm.precision_curve(pred, gt), prec)
+        norm = np.mean(normalized(pred, gt)[:, None] <= tm.NORM_PRECISION_THRESHOLDS,
+                       axis=0)
+        np.testing.assert_array_equal(tm.normalized_precision_curve(pred, gt), norm)
+    curves = []
+    for pred, gt in zip(preds, gts):
+        boxes = pred.copy()
+        boxes[0] = gt[0]
+        curves.append(otb._calc_curves(rect_iou(boxes, gt.copy()),
+                                       center_error(boxes, gt))[1])
+    ours = tm.otb_metrics(preds, gts)
+    np.testing.assert_array_equal(ours["precision_curve"], np.mean(curves, axis=0))
+    assert 0.1 < ours["precision"] < 0.9  # a case where the curve is not trivial
+
+    # at 20 px: 33.8 - (59.4 - 31.8) / 2 = 20 exactly, and the toolkit gets 20.0, so
+    # the frame counts; xy + wh / 2 gets 20.000000000000007 and drops it
+    pred, gt = np.array([[48.5, 10.5, 31.8, 39.7]]), np.array([[14.7, 10.5, 59.4, 39.7]])
+    assert center_error(pred, gt)[0] == 20.0 == tm.center_error(pred, gt)[0]
+    assert tm.precision_curve(pred, gt)[tm.PRECISION_AT] == 1.0
+    assert tm.sequence_scores(np.vstack([gt, pred]), np.vstack([gt, gt]))["precision"] \
+        == 1.0
+    # at 0.2: (23.45 - (37.0 - 4.9) / 2) / 37.0 = 0.2, within the threshold as the
+    # toolkit's centres round it
+    pred, gt = np.array([[133.15, 55.5, 4.9, 21.6]]), np.array([[109.7, 55.5, 37.0, 21.6]])
+    assert normalized(pred, gt)[0] <= 0.2
+    assert tm.normalized_precision_curve(pred, gt)[20] == 1.0
+    assert tm.otb_metrics([np.vstack([gt, pred])], [np.vstack([gt, gt])])[
+        "norm_precision"] == 1.0

@@ -11,7 +11,7 @@ import pytest
 
 from ebm_jax.config import ConfigError
 from ebm_jax.recipes import run_experiment
-from tests.recipes.test_backbones import _quiet, tiny
+from tests.recipes.test_backbones import EXPERIMENTS, _quiet, tiny
 
 MOCO = ("--config.backbone=resnet18", "--config.init=moco", "--config.moco.steps=2",
         "--config.moco.batch_size=8", "--config.moco.crops=16",
@@ -168,3 +168,31 @@ def test_box_siam_from_the_moco_start_trains_tracks_and_reports_it(tmp_path):
     (stage,) = (tmp_path / "runs").glob("box-siam-s0-*")
     config = json.loads((stage / "run.json").read_text())["config"]
     assert config["moco"]["stage"] == "moco-s0"
+
+
+TRACKING_CONFIGS = sorted(p.name for p in EXPERIMENTS.glob("*.py"))
+
+
+@pytest.mark.parametrize("config", TRACKING_CONFIGS)
+def test_a_tiny_variant_pretrains_a_tiny_moco_stage(config):
+    """`--config.init=moco` on a tiny variant ran the quick profile's 1,500-step MoCo
+    stage (some 3 minutes): the tiny presets carry a tiny MoCo stage, whose settings
+    (all of them, in the stage's or its probe's identity) give it its own stage."""
+    import dataclasses
+
+    from ebm_jax.recipes.backbone_pretraining import MoCoPretraining, moco_stage
+
+    cfg = tiny("--config.backbone=resnet18", "--config.init=moco", config=config)
+    m = cfg.moco
+    assert m.steps <= 10 and m.crops <= 64 and m.batch_size <= 16, m
+    assert m.crop_size <= 32 and m.input_size <= 32 and m.queue_size <= 32, m
+    assert m.probe_size <= 32 and m.probe_epochs <= 5, m
+
+    class Data:  # what the stage's identity reads of the run's data
+        identity = {"train": {"generated": "tiny"}}
+
+    quick = dataclasses.replace(cfg, moco=MoCoPretraining())
+    stage, quick_stage = moco_stage(cfg, Data), moco_stage(quick, Data)
+    assert stage.identity != quick_stage.identity and stage.num_steps == m.steps
+    recorded = set(stage.identity["moco"]) | {"probe_size", "probe_epochs"}  # the probe's
+    assert recorded == {f.name for f in dataclasses.fields(MoCoPretraining)}

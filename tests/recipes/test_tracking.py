@@ -135,3 +135,19 @@ def test_missing_root_and_bad_batch_fail_before_training(tmp_path):
         run_experiment(tiny("batch_size=3"), workdir=tmp_path / "w", devices=2,
                        progress=False, log=_quiet)
     assert not any(p.name.startswith("box-siam") for p in (tmp_path / "w").iterdir())
+
+
+@pytest.mark.parametrize("config", ["siamfc_box.py", "ebm_table4_box_head.py",
+                                    "socl_table1_ablation.py",
+                                    "socl_table5_sparse_boxes.py"])
+@pytest.mark.parametrize("root", ["otb_root", "got10k_root"])
+def test_real_roots_are_read_before_the_benchmark_is_generated(tmp_path, config, root):
+    """A GOT-10k or OTB root that holds no sequences was refused only after the
+    generated benchmark was made: in every recipe it is read first."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cfg = load_config(f"{CONFIG.parent / config}:tiny", [f"--config.{root}={empty}"])
+    with pytest.raises(ValueError, match=str(empty)):
+        run_experiment(cfg, workdir=tmp_path / "w", progress=False, log=_quiet)
+    assert not list((tmp_path / "w").rglob("*-*/groundtruth.txt"))  # nothing generated
+    assert not list((tmp_path / "w").glob("data/*-*"))

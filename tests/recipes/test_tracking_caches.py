@@ -3,6 +3,7 @@ garbled, of the wrong shape) counts as missing, is computed again with one warni
 and replaced whole; it is never returned as a result."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,3 +74,106 @@ def test_a_corrupt_top_cache_is_computed_again(tmp_path, monkeypatch, content):
     assert again[0]["boxes"].shape == (3, keep, 4)
     assert len(lines) == 1 and "a.npz" in lines[0] and lines[0].startswith("warning:")
     assert path.stat().st_size > 0 and path.read_bytes()[:2] == good[:2] == b"PK"
+
+
+@pytest.mark.parametrize("name", ["ABS", "../a", "x/a"])
+def test_a_cache_item_never_lies_outside_its_stage(tmp_path, name):
+    import dataclasses
+
+    seqs = small_sequences(tmp_path / "data")
+    outside = tmp_path / "data" / "a"
+    name = str(outside) if name == "ABS" else name
+    named = [dataclasses.replace(seqs[0], name=name)]
+
+    def run(seq):
+        return np.repeat(seq.boxes[:1], len(seq), axis=0), np.full(len(seq), 0.01)
+
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lambda s: None)
+    with pytest.raises(ValueError) as caught:
+        tracking_stages.evaluate(ctx, "static", {"set": 1}, "test", named, run,
+                                 progress_desc="")
+    message = str(caught.value)
+    assert "\n" not in message and repr(name + ".json") in message
+    assert "one file name" in message
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")
+                   if not p.is_relative_to(tmp_path / "w"))
+    assert after == [p for p in before if not (tmp_path / p).is_relative_to(tmp_path / "w")]
+
+
+def _fine_boxes(seq):
+    """Boxes with more digits than 4 decimals hold (a tracker's output)."""
+    rng = np.random.default_rng(len(seq.name))
+    return seq.boxes + rng.uniform(-1, 1, seq.boxes.shape) / 3
+
+
+def test_a_tracking_result_is_cached_in_full_precision(tmp_path):
+    seqs = small_sequences(tmp_path / "data")
+    calls = []
+
+    def run(seq):
+        calls.append(seq.name)
+        return _fine_boxes(seq), np.full(len(seq), 1 / 3)
+
+    ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lambda s: None)
+    first = tracking_stages.evaluate(ctx, "t", {"set": 1}, "test", seqs, run,
+                                     progress_desc="")
+    again = tracking_stages.evaluate(ctx, "t", {"set": 1}, "test", seqs, run,
+                                     progress_desc="")
+    assert calls == ["a", "b"]
+    for rec, cached, seq in zip(first, again, seqs):
+        np.testing.assert_array_equal(np.asarray(rec["boxes"]), _fine_boxes(seq))
+        np.testing.assert_array_equal(np.asarray(cached["boxes"]), _fine_boxes(seq))
+        assert cached["seconds"] == rec["seconds"] == [1 / 3] * len(seq)
+    # a result cached in 4 decimals (before full precision) is tracked again
+    (stage,) = (tmp_path / "w").glob("eval-t-*")
+    path = stage / "test" / "a.json"
+    old = json.loads(path.read_text())
+    old.pop("precision", None)
+    old["boxes"] = np.round(np.asarray(old["boxes"]), 4).tolist()
+    path.write_text(json.dumps(old))
+    third = tracking_stages.evaluate(ctx, "t", {"set": 1}, "test", seqs, run,
+                                     progress_desc="")
+    assert calls == ["a", "b", "a"]
+    np.testing.assert_array_equal(np.asarray(third[0]["boxes"]), _fine_boxes(seqs[0]))
+
+
+def test_pseudo_boxes_resumed_from_the_cache_equal_fresh_ones(tmp_path, monkeypatch):
+    """SoCL Table 5: the pseudo boxes a resumed run reads back are those an
+    uninterrupted run computed, bit for bit (not rounded to 4 decimals)."""
+    import types
+
+    from ebm_jax.config import load_config
+    from ebm_jax.recipes import sparse_boxes
+    from ebm_jax.recipes.tracking_stages import Trained
+    from ebm_jax.tracking import dcf
+    from ebm_jax.tracking.pseudo_boxes import PseudoBoxes
+
+    calls = []
+    tracker = types.SimpleNamespace(init=lambda params, frame, box: None,
+                                    update=lambda params, state, frame: (state, None))
+    monkeypatch.setattr(dcf, "make_dcf_tracker", lambda model, settings: (tracker, None))
+
+    def fake_pseudo_boxes(tracker, params, read_frame, boxes, points, keys, **kw):
+        calls.append(len(boxes))
+        n = len(boxes)
+        rng = np.random.default_rng(n)
+        return PseudoBoxes(boxes=boxes + rng.uniform(-1, 1, (n, 4)) / 3,
+                           failed=np.zeros(n, bool), keyed=np.isin(np.arange(n), keys),
+                           seconds=rng.uniform(0, 1, n) / 7)
+
+    monkeypatch.setattr(sparse_boxes, "pseudo_boxes", fake_pseudo_boxes)
+    cfg = load_config(f"{Path(__file__).parents[2]}/experiments/tracking/"
+                      "socl_table5_sparse_boxes.py:tiny", [])
+    seqs = small_sequences(tmp_path / "data", n=4)
+    ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lambda s: None)
+    env = types.SimpleNamespace(cfg=cfg, ctx=ctx, data=types.SimpleNamespace(
+        train=seqs, identity={"train": {"d": 1}}))
+    socl = Trained(None, {"trained": {"socl": 1}})
+    fresh = sparse_boxes.pseudo_box_cache(env, 0, socl, 2)
+    resumed = sparse_boxes.pseudo_box_cache(env, 0, socl, 2)
+    assert len(calls) == 2 and sorted(fresh) == sorted(resumed) == [0, 1]
+    for i in fresh:
+        for k in ("boxes", "failed", "keyed", "seconds"):
+            np.testing.assert_array_equal(resumed[i][k], fresh[i][k])
+            assert np.asarray(resumed[i][k]).dtype == np.asarray(fresh[i][k]).dtype

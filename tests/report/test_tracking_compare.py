@@ -73,3 +73,29 @@ def test_mismatches_are_one_line_errors():
     with pytest.raises(ValueError, match="not a tracking or SoCL results.json"):
         compare_results({"ebm_jax": {"recipe": "contrastive"}, "tables": {}}, "a",
                         _results(B), "Box-Siam")
+
+
+def test_an_arm_with_nothing_to_pair_is_one_clear_line(tmp_path, capsys):
+    """`box-siam` against `static` (tracked once, with no training seed) was a TypeError
+    traceback after a NumPy warning."""
+    import warnings
+
+    results = _results(A)
+    results["tables"]["generated-test"]["static"] = [
+        {"seed": None, "auc": 0.1, "sequence_auc": [0.1, 0.1]}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "mean of empty slice" on the way
+        with pytest.raises(ValueError, match=r"nothing to pair on generated-test: .*"
+                                             r"'static'.*no training seed"):
+            compare_results(results, "Box-Siam", results, "static")
+        other = _results({"Box-Siam": [[0.1, 0.1]]})
+        other["tables"]["generated-test"]["Box-Siam"][0]["seed"] = 5
+        with pytest.raises(ValueError, match=r"nothing to pair on generated-test: .*"
+                                             r"seeds \[0, 1, 2\].*seeds \[5\]"):
+            compare_results(results, "Box-Siam", other, "Box-Siam")
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path), "Box-Siam", str(tmp_path), "static"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ebm-jax compare: error: nothing to "
+                                                   "pair on generated-test")

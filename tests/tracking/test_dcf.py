@@ -226,3 +226,18 @@ def test_default_levels_are_the_backbones():
     assert given.for_backbone(SiamResNet18) is given
     with pytest.raises(ValueError, match="level_weights.*per level \\(2\\)"):
         DCFSettings(level_weights=(1.0,))
+
+
+def test_levels_alone_weigh_each_level_once():
+    """`--config.dcf.levels=9` was refused as `DCFSettings.level_weights`, a field the
+    user never set: unset weights are 1 per level, whatever the levels."""
+    from ebm_jax.models.siam_resnet import SiamResNet18
+
+    assert DCFSettings(levels=(9,)).levels == (9,)  # the backbone's range: the recipe's
+    three = DCFSettings(levels=(0, 2, 4)).for_backbone(SiamFCAlexNet)
+    assert three.levels == (0, 2, 4) and three.level_weights == (1.0, 1.0, 1.0)
+    # the defaults as before (stage identities record them): two levels of weight 1
+    assert DCFSettings().for_backbone(SiamFCAlexNet).level_weights == (1.0, 1.0)
+    assert DCFSettings().for_backbone(SiamResNet18).level_weights == (1.0, 1.0)
+    with pytest.raises(ValueError, match=r"level_weights.*per level \(3\)"):
+        DCFSettings(levels=(0, 2, 4), level_weights=(1.0, 1.0))

@@ -191,7 +191,10 @@ def test_a_corrupt_cached_result_is_recomputed_with_a_warning(toy, tmp_path, con
 def test_results_replace_an_earlier_run_whole_and_respect_umask(toy, tmp_path):
     out = tmp_path / "out"
     _run(toy, tmp_path / "w", out)
-    (out / "stale.png").write_bytes(b"old figure")
+    (out / "stale.png").write_bytes(b"old figure")  # a figure the earlier run wrote
+    manifest = json.loads((out / "results.json").read_text())
+    manifest["ebm_jax"]["files"].append("stale.png")
+    (out / "results.json").write_text(json.dumps(manifest))
     old = os.umask(0o022)
     try:
         _run(toy, tmp_path / "w", out, learning_rate=0.05)
@@ -257,3 +260,46 @@ def test_a_checkpoints_path_that_is_a_file_is_one_clear_error(toy, tmp_path):
         _run(toy, tmp_path / "w")
     run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, restart=True,
                    log=lambda s: None)  # --restart clears it
+
+
+@pytest.mark.parametrize("damage", ["cut", "removed"])
+def test_a_finished_stages_figures_survive_its_metrics_file(toy, tmp_path, damage):
+    """The final figures of a finished stage are stored with its last checkpoint, so
+    that its metrics.jsonl cut short or removed afterwards changes no result."""
+    first = _run(toy, tmp_path / "w").payload["tables"]
+    metrics = _stage(tmp_path / "w") / "metrics.jsonl"
+    if damage == "cut":
+        metrics.write_text("".join(metrics.read_text().splitlines(True)[:2]))
+    else:
+        metrics.unlink()
+    again = _run(toy, tmp_path / "w").payload["tables"]
+    assert again == first and again["toy"][0]["final_loss"] is not None
+
+
+def test_an_older_stage_with_a_cut_metrics_file_is_one_clear_error(toy, tmp_path,
+                                                                   monkeypatch):
+    """A stage finished before its figures were stored with its checkpoint: its figures
+    come from metrics.jsonl, which must then reach the last step."""
+    from ebm_jax.train import loop
+
+    fit = loop.fit
+
+    def fit_without_stored_figures(*args, **kwargs):
+        kwargs.pop("final_meta", None)
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "fit", fit_without_stored_figures)
+    first = _run(toy, tmp_path / "w").payload["tables"]
+    assert _run(toy, tmp_path / "w").payload["tables"] == first  # complete: the same
+    metrics = _stage(tmp_path / "w") / "metrics.jsonl"
+    metrics.write_text("".join(metrics.read_text().splitlines(True)[:2]))
+    with pytest.raises(CorruptFileError) as caught:
+        _run(toy, tmp_path / "w")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"metrics file {metrics} ends at step 10" in message
+    assert "finished at step 20" in message and "final loss" in message
+    assert f"delete {metrics.parent}" in message
+    metrics.unlink()
+    with pytest.raises(CorruptFileError, match=r"metrics file .* holds no step"):
+        _run(toy, tmp_path / "w")

@@ -1,0 +1,30 @@
+"""The SoCL report names the data its arms trained on (ebm_jax.report.socl)."""
+
+from pathlib import Path
+
+import pytest
+
+from ebm_jax.config import load_config
+from ebm_jax.recipes import socl as recipe
+from ebm_jax.report.socl import METRICS, socl_report
+
+CONFIG = (Path(__file__).parents[2] / "experiments" / "tracking"
+          / "socl_table1_ablation.py")
+
+
+@pytest.mark.parametrize("train_data, name", [("generated", "generated"),
+                                              ("got10k", "GOT-10k")])
+def test_the_title_names_the_training_data(tmp_path, train_data, name):
+    cfg = load_config(f"{CONFIG}:tiny", [f"--config.train_data={train_data}",
+                                         f"--config.got10k_root={tmp_path}"])
+    arms = recipe.arms_of(cfg)
+    row = {**{k: 0.5 for k, _ in METRICS}, "fps": 10.0, "sequence_auc": [0.5, 0.5]}
+    rows = {a.label: [{"seed": s, **row} for s in cfg.seeds] for a in arms}
+    training = {a.label: [{"seed": s} for s in cfg.seeds] for a in arms}
+    static = {**{k: 0.4 for k, _ in METRICS}, "num_sequences": 2, "num_frames": 8}
+    report = socl_report(cfg, arms, rows, training, static, pairs=[], paper="-",
+                         tops={}, train=["s1", "s2", "s3"], budget=None)
+    title = report.markdown.splitlines()[0]
+    assert f"3 {name} training sequences" in title, title
+    if train_data == "got10k":
+        assert "generated" not in title
