@@ -64,12 +64,18 @@ def gradient_ascent(
     reject_decreasing: bool = False,
     decay: float = 0.5,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """T steps of gradient ascent on f(x, .) from y_init (K,).
+    """T steps of gradient ascent on f(x, .) from y_init (K,). `step_length` (1 or K
+    entries) is checked (finite, > 0) where concrete; a traced one is the caller's to
+    check.
 
     Returns (y, f(x, y), step_scale): step_scale is the factor the step lengths were
     multiplied by (decay ** number of rejected steps; 1 without rejection).
     """
-    num_steps, step_length = _check(num_steps, step_length, decay)
+    if isinstance(step_length, jax.core.Tracer):  # traced (e.g. candidates vmapped):
+        num_steps, _ = _check(num_steps, 1.0, decay)  # positive where it was made
+        step_length = jnp.atleast_1d(step_length)
+    else:
+        num_steps, step_length = _check(num_steps, step_length, decay)
     y = jnp.asarray(y_init)
     if y.ndim != 1:
         raise ValueError(f"y_init must have shape (K,), got {y.shape}")

@@ -1,11 +1,13 @@
-"""The box-head experiment of the tracking recipe (seed 000 sec. 5, Table 4): SiamFC's
+"""The box-head experiment of the tracking recipe (the EBM regression paper, sec. 5, Table 4): SiamFC's
 own scale search (Box-Siam) against a box head per loss, trained on the same seed's
 Box-Siam backbone (`box_head_stages.train_box_head`) and tracked by SiamFC's centre at one
-scale refined on the head's energy. The refinement's step lengths (and optionally the
-training sigmas) are chosen per loss on the validation split, the last
-`validation_sequences` of the training split, which no arm trains on
-(`choose_box_head_settings`), before the test split is tracked once per arm; the same
-trackers without the refinement give the coarse FPS (`coarse_evaluation`).
+scale refined on the head's energy. The refinement's centre and size step lengths (and
+optionally the training sigmas) are chosen per loss on the validation split, the last
+`validation_sequences` of the training split, which no arm trains on, by the refinement
+probe: does the head raise the IoU of perturbed true boxes of targets it never saw
+(`choose_box_head_settings`, `box_head_stages.probe_box_head`)? The chosen heads are then
+probed on the test split, and the test split is tracked once per arm; the same trackers
+without the refinement give the coarse FPS (`coarse_evaluation`).
 
 `box_head_arms`, `choose_box_head_arms` and `coarse_evaluation` are the "box-head" row
 of `ebm_jax.recipes.tracking.EXPERIMENTS`; every `cfg` is that recipe's Config.
@@ -17,7 +19,7 @@ import dataclasses
 import functools
 
 from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.box_head_stages import box_head_runner, train_box_head
+from ebm_jax.recipes.box_head_stages import box_head_runner, probe_box_head, train_box_head
 from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained
 from ebm_jax.recipes.tracking_stages import box_siam_arm
 from ebm_jax.tracking.box_head import BoxHeadSettings
@@ -53,7 +55,7 @@ LOSS_PAIRS = (("nce+", "kld-is"), ("nce+", "nce"), ("nce", "kld-is"))
 
 
 def box_head_arms(cfg, chosen: dict | None = None) -> list[Arm]:
-    """Seed 000's Table 4 here: Box-Siam with SiamFC's own scale search, and one box
+    """The EBM regression paper's Table 4 here: Box-Siam with SiamFC's own scale search, and one box
     head per loss of `box_head_methods` on that Box-Siam's backbone, compared with the
     scale search and with each other (`LOSS_PAIRS`). `chosen`: the settings of each
     method chosen on the validation split (`choose_box_head_settings`); without it,
@@ -80,50 +82,79 @@ def best_candidate(scores: dict[str, list[float]]) -> str:
     return max(means, key=lambda k: (means[k], -list(means).index(k)))
 
 
-def candidate_label(sigmas, scale: float) -> str:
-    return f"sigmas {'/'.join(f'{x:g}' for x in sigmas)}, steps x{scale:g}"
+def candidate_label(sigmas, centre: float, size: float) -> str:
+    return (f"sigmas {'/'.join(f'{x:g}' for x in sigmas)}, centre steps x{centre:g}, "
+            f"size steps x{size:g}")
+
+
+PROBE_KEYS = ("iou_start", "iou_refined", "outranks", "chance_outranks", "rank_correlation")
+
+
+def _probe_row(probe: dict, candidate: int | None = None) -> dict:
+    """One seed's probe figures: the head's, with "iou_refined" that of `candidate`
+    (an index into the probe's candidates), and the control's refined IoU."""
+    row = {k: probe["head"][k] for k in PROBE_KEYS}
+    if candidate is not None:
+        row["iou_refined"] = probe["candidates"][candidate]
+    row["control_iou_refined"] = probe["control"]["iou_refined"]
+    return row
 
 
 def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict]:
-    """Per method of `box_head_methods`, the refinement's step lengths (`step_scales`
-    x box_head.step_lengths) and the training sigmas (`sigma_grid`) of highest mean
-    AUC over `seeds` on the validation split (the last `validation_sequences` of the
-    training split; no arm trains on them), never on the test split. Each candidate's
-    tracking is cached per sequence like every evaluation. Returns ({method: settings},
-    the validation record for results.json)."""
+    """Per method of `box_head_methods`, the training sigmas (`sigma_grid`) and the
+    refinement's centre and size step lengths (chosen separately: `step_scales` x
+    box_head.step_lengths for (cx, cy) and for (log w, log h)) of highest mean IoU after
+    refinement over `seeds` on the validation split (the last `validation_sequences` of
+    the training split; no arm trains on them), by the refinement probe
+    (`box_head_stages.probe_box_head`: held-out targets' true boxes perturbed, refined),
+    never on the test split. Then the chosen heads are probed on the test split too (a
+    measurement, after the choice). Returns ({method: settings}, the validation record
+    for results.json, with the probes of both splits under "refinement")."""
     cfg, ctx = env.cfg, env.ctx
     val, val_id = stages.validation_split(env.data, cfg)
     sigma_grid = cfg.sigma_grid or (cfg.box_head.sigmas,)
+    base = cfg.box_head.step_lengths * (4 // len(cfg.box_head.step_lengths))
+    grid = [(c, z) for c in cfg.step_scales for z in cfg.step_scales]
+    lengths = [(c * base[0], c * base[1], z * base[2], z * base[3]) for c, z in grid]
     scores = {m: {} for m in cfg.box_head_methods}
-    candidates = {m: {} for m in cfg.box_head_methods}
+    candidates, probes, heads = {m: {} for m in cfg.box_head_methods}, {}, {}
     for seed in seeds:
         used = {"box-siam": box_siam_arm(env, seed, {})}
         for m in cfg.box_head_methods:
             for sigmas in sigma_grid:
                 trained = dataclasses.replace(cfg.box_head, method=m, sigmas=sigmas)
                 t = train_box_head_arm(env, seed, used, settings=trained)
-                for scale in cfg.step_scales:
-                    s = dataclasses.replace(trained, step_lengths=tuple(
-                        scale * x for x in cfg.box_head.step_lengths))
-                    label = candidate_label(sigmas, scale)
-                    ident = {**t.identity, "set": val_id,
-                             "tracking": dataclasses.asdict(s)}
-                    recs = stages.evaluate(ctx, f"box-head-{m}-s{seed}", ident,
-                                           "validation", val, box_head_runner(t.model, s),
-                                           progress_desc=f"{m} s{seed} {label} on "
-                                                         "validation")
-                    scores[m].setdefault(label, []).append(stages.scores(recs, val)["auc"])
-                    candidates[m][label] = s
+                heads[(m, seed, sigmas)] = t.model
+                ctx.log(f"probing {m} s{seed} sigmas {sigmas} on validation "
+                        f"({len(grid)} step-length candidates)")
+                probe = probe_box_head(t.model, val, trained, stages.SIAMFC,
+                                       seed=ctx.seed_of("probe-validation", "pairs"),
+                                       candidates=lengths)
+                for i, (c, z) in enumerate(grid):
+                    label = candidate_label(sigmas, c, z)
+                    scores[m].setdefault(label, []).append(probe["candidates"][i])
+                    candidates[m][label] = (dataclasses.replace(
+                        trained, step_lengths=lengths[i]), i, sigmas)
+                    probes[(m, seed, label)] = probe
     choice = {m: best_candidate(scores[m]) for m in cfg.box_head_methods}
+    refinement = {"validation": {}, "test": {}}
+    test = env.data.eval_sets["generated-test"]
     for m, label in choice.items():
-        ctx.log(f"validation: {m} takes {label} (mean AUC "
+        settings, index, sigmas = candidates[m][label]
+        ctx.log(f"validation: {m} takes {label} (mean IoU after refinement "
                 f"{sum(scores[m][label]) / len(scores[m][label]):.3f})")
+        refinement["validation"][m] = [_probe_row(probes[(m, seed, label)], index)
+                                       for seed in seeds]
+        refinement["test"][m] = [_probe_row(probe_box_head(
+            heads[(m, seed, sigmas)], test, settings, stages.SIAMFC,
+            seed=ctx.seed_of("probe-test", "pairs"))) for seed in seeds]
     record = {"sequences": [q.name for q in val], "seeds": list(seeds),
-              "auc": scores, "choice": {m: {
-                  "candidate": label, "step_lengths": list(candidates[m][label].step_lengths),
-                  "sigmas": list(candidates[m][label].sigmas)}
+              "measure": "mean IoU after refinement (the refinement probe)",
+              "score": scores, "refinement": refinement, "choice": {m: {
+                  "candidate": label, "step_lengths": list(candidates[m][label][0].step_lengths),
+                  "sigmas": list(candidates[m][label][0].sigmas)}
                   for m, label in choice.items()}}
-    return {m: candidates[m][label] for m, label in choice.items()}, record
+    return {m: candidates[m][label][0] for m, label in choice.items()}, record
 
 
 def coarse_evaluation(env: stages.TrackingRun, arms, res, eval_sets) -> None:

@@ -17,6 +17,7 @@ the backbone's identities, every setting, the levels, `joint` and the seed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -122,28 +123,17 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     return TrainedBoxHead(name, stage.full_identity, figures, merge_model(graphdef, state))
 
 
-def probe_box_head(net, sequences, settings: BoxHeadSettings,
-                   siamfc: SiamFCSettings = SiamFCSettings(), *, seed: int,
-                   num_batches: int = 4, batch_size: int = 16,
-                   probe: RefinementProbe | None = None) -> dict:
-    """The refinement probe (`ebm_jax.tracking.box_refinement`) of a trained
-    `BoxHeadNet` on pairs of `sequences` (held-out targets) cut as in training
-    (`box_head_batches`, the pair seed `seed`; no appearance augmentation), and of the
-    analytic Gaussian energy on the same pairs (the control). `probe`: default the
-    tracker's refinement (`settings.step_lengths`, `refine_steps`,
-    `reject_decreasing`). Returns {"head": means, "control": means, "pairs": n}, means
-    of "iou_start", "iou_refined", "outranks", "rank_correlation" and
-    "chance_outranks"."""
-    probe = probe or RefinementProbe(step_lengths=settings.step_lengths,
-                                     num_steps=settings.refine_steps,
-                                     reject_decreasing=settings.reject_decreasing)
-    batches = box_head_batches(sequences, settings, siamfc, seed=seed,
-                               batch_size=batch_size)
-    graphdef, state = nnx.split(net)
+@functools.lru_cache(maxsize=8)
+def _probe_program(graphdef, settings: BoxHeadSettings, siamfc: SiamFCSettings,
+                   probe: RefinementProbe):
+    """The jitted probe of one net structure and its settings: compiled once, run for
+    every head of that structure and every candidate set of step lengths."""
     control = gaussian_box_energy(settings.label_sigma)
+    # the control's own step: sigma^2, one Newton step on its curvature 1 / sigma^2
+    control_probe = dataclasses.replace(probe, step_lengths=(settings.label_sigma ** 2,))
 
     @jax.jit
-    def measure(state, batch, key):
+    def measure(state, batch, key, candidates):
         model = nnx.merge(graphdef, state)
         ref, ref_boxes, test, test_boxes = training_crops(key, batch, settings, siamfc,
                                                           augment=False)
@@ -151,16 +141,52 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
         tests = jax.vmap(model.head.test_features)(list(model.levels(test)))
         head = refinement_measures(lambda inp, b: model.head.score(inp[0], inp[1], b),
                                    (mods, tests), test_boxes, key, probe)
-        return head, refinement_measures(control, test_boxes, test_boxes, key, probe)
+        by_candidate = refinement_measures(
+            lambda inp, b: model.head.score(inp[0], inp[1], b), (mods, tests), test_boxes,
+            key, probe, step_lengths=candidates)["iou_refined"]
+        return head, refinement_measures(control, test_boxes, test_boxes, key,
+                                         control_probe), by_candidate
 
+    return measure
+
+
+def probe_box_head(net, sequences, settings: BoxHeadSettings,
+                   siamfc: SiamFCSettings = SiamFCSettings(), *, seed: int,
+                   num_batches: int = 4, batch_size: int = 16,
+                   probe: RefinementProbe | None = None, candidates=None) -> dict:
+    """The refinement probe (`ebm_jax.tracking.box_refinement`) of a trained
+    `BoxHeadNet` on pairs of `sequences` (held-out targets) cut as in training
+    (`box_head_batches`, the pair seed `seed`; no appearance augmentation), and of the
+    analytic Gaussian energy on the same pairs (the control, refined with its own
+    Newton step, label_sigma^2, from the same starts). `probe`: default the
+    tracker's refinement (`settings.step_lengths`, `refine_steps`,
+    `reject_decreasing`). `candidates` (C, 4): step lengths (cx, cy, log w, log h), each
+    > 0, whose mean refined IoU is reported too ("candidates", C floats), from the same
+    starts. Returns {"head": means, "control": means, "pairs": n, "candidates": [...]},
+    means of "iou_start", "iou_refined", "outranks", "rank_correlation" and
+    "chance_outranks"."""
+    probe = probe or RefinementProbe(step_lengths=settings.step_lengths,
+                                     num_steps=settings.refine_steps,
+                                     reject_decreasing=settings.reject_decreasing)
+    lengths = (np.broadcast_to(np.asarray(probe.step_lengths, np.float32), (1, 4))
+               if candidates is None else np.asarray(candidates, np.float32).reshape(-1, 4))
+    if not (np.all(np.isfinite(lengths)) and np.all(lengths > 0)):
+        raise ValueError(f"candidates must be step lengths > 0, got {lengths.tolist()}")
+    batches = box_head_batches(sequences, settings, siamfc, seed=seed,
+                               batch_size=batch_size)
+    graphdef, state = nnx.split(net)
+    measure = _probe_program(graphdef, settings, siamfc, probe)
     parts = {"head": [], "control": []}
+    by_candidate = []
     for step in range(num_batches):
-        head, ctrl = measure(state, batches(step), jax.random.key(step))
+        head, ctrl, cand = measure(state, batches(step), jax.random.key(step), lengths)
         parts["head"].append(head)
         parts["control"].append(ctrl)
+        by_candidate.append(np.asarray(cand))
     out = {name: {k: float(np.mean(np.concatenate([np.asarray(p[k]) for p in rows])))
                   for k in rows[0]} for name, rows in parts.items()}
     out["pairs"] = num_batches * batch_size
+    out["candidates"] = np.concatenate(by_candidate, axis=1).mean(axis=1).tolist()
     return out
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ebm_jax.report.statistics import mean_sd, paired_difference
 from ebm_jax.report.tables import fmt, markdown_table
 
 LABELS = {"static": "never moves (first box)", "random": "SiamFC, random backbone",
@@ -30,6 +31,11 @@ COLOURS = {"static": "tab:grey", "random": "tab:blue", "box-siam": "tab:red",
 METRICS = (("auc", "AUC", 100), ("precision", "prec. @20px", 100),
            ("norm_precision", "norm. prec.", 100), ("ao", "AO", 100),
            ("sr50", "SR0.5", 100), ("sr75", "SR0.75", 100), ("fps", "FPS", 1))
+
+
+def training_data_name(train_data: str) -> str:
+    """The name of a run's training data (`--config.train_data`) in titles."""
+    return {"generated": "generated", "got10k": "GOT-10k"}.get(train_data, train_data)
 
 
 def start_markdown(probe: Mapping, settings: Mapping) -> str:
@@ -93,7 +99,7 @@ def _scores_table(set_name: str, rows: Mapping, compared, spread: str) -> str:
                              align="l" + "r" * len(METRICS)))
 
 
-# Seed 000, Table 4 (AUC / Success, %): the columns of its three EBM trackers
+# The EBM regression paper, Table 4 (AUC / Success, %): the columns of its three EBM trackers
 PAPER_TABLE4_COLUMNS = ("DiMP-KLD-IS", "DiMP-NCE", "DiMP-NCE+")
 
 
@@ -182,6 +188,7 @@ def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: s
     for set_name in sets:
         a = arm(sets_a, arm_a, names[0], set_name)
         b = arm(sets_b, arm_b, names[1], set_name)
+        _check_pairs(set_name, (arm_a, a), (arm_b, b))
         d = paired_seeds_and_sequences(a, b)
         if len(d["seeds"]) < 2:
             raise ValueError(f"a paired comparison needs at least 2 seeds both arms have; "
@@ -191,6 +198,23 @@ def compare_results(results_a: Mapping, arm_a: str, results_b: Mapping, arm_b: s
                      " ".join(f"{100 * x:+.1f}" for x in d["per_seed"])])
     return markdown_table([f"{arm_a} - {arm_b}", "AUC (points)", "se seeds",
                            "se sequences", "per seed"], body, align="lrrrr")
+
+
+def _check_pairs(set_name: str, *arms: tuple[str, Sequence[Mapping]]) -> None:
+    """A ValueError saying why, where two arms' rows share no seed to pair: an arm
+    tracked once with no training seed (the tracker that never moves, "static"), or
+    arms of disjoint training seeds."""
+    seeds = [[r["seed"] for r in rows] for _, rows in arms]
+    if set(seeds[0]) & set(seeds[1]):
+        return
+    (label_a, _), (label_b, _) = arms
+    unseeded = [label for (label, _), s in zip(arms, seeds) if None in s]
+    why = (f"{' and '.join(repr(u) for u in unseeded)} is tracked once, with no "
+           "training seed, and a comparison pairs the arms seed by seed; compare two "
+           "arms trained per seed" if unseeded else
+           f"{label_a!r} has seeds {sorted(seeds[0])} and {label_b!r} has seeds "
+           f"{sorted(seeds[1])}, none in common")
+    raise ValueError(f"nothing to pair on {set_name}: {why}")
 
 
 def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -218,25 +242,62 @@ def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[s
 
 
 def validation_table(validation: Mapping) -> str:
-    """Mean validation AUC (%) over seeds of every candidate (rows) and method
-    (columns), the chosen one of each method marked *."""
-    methods = list(validation["auc"])
-    labels = list(dict.fromkeys(k for m in methods for k in validation["auc"][m]))
+    """Mean validation score (%: IoU after refinement, the probe's) over seeds of every
+    candidate (rows) and method (columns), the chosen one of each method marked *."""
+    methods = list(validation["score"])
+    labels = list(dict.fromkeys(k for m in methods for k in validation["score"][m]))
     body = []
     for k in labels:
         row = [k]
         for m in methods:
-            v = validation["auc"][m].get(k)
+            v = validation["score"][m].get(k)
             mark = " *" if validation["choice"][m]["candidate"] == k else ""
             row.append("-" if v is None else f"{100 * sum(v) / len(v):.1f}{mark}")
         body.append(row)
     return markdown_table(["candidate"] + methods, body, align="l" + "r" * len(methods))
 
 
+def refinement_table(rows: Mapping[str, list[dict]]) -> str:
+    """The refinement probe of one split: per method (and the analytic Gaussian energy,
+    the control), mean +- sd over seeds of the IoU of the perturbed true box before and
+    after refinement, their paired difference with its standard error over seeds, the
+    rate the true box outranks the jittered ones (chance beside it) and Spearman's rho
+    of f with IoU; a head whose refinement does not raise the IoU beyond 2 standard
+    errors is marked as not worth tracking with."""
+    def ms(values, scale=100.0, fmt=".1f"):
+        m, sd = mean_sd([scale * v for v in values])
+        return "-" if m is None else f"{m:{fmt}}" + ("" if sd is None else f" +- {sd:{fmt}}")
+
+    body = []
+    first = next(iter(rows.values()))
+    body.append(["Gaussian energy on the truth (control)",
+                 ms([r["iou_start"] for r in first]),
+                 ms([r["control_iou_refined"] for r in first]), "", "100", "", "",
+                 "the plumbing"])
+    for method, per_seed in rows.items():
+        gain = paired_difference([r["iou_refined"] for r in per_seed],
+                                 [r["iou_start"] for r in per_seed])
+        raises = gain["se"] is not None and gain["mean"] > 2 * gain["se"]
+        verdict = ("raises IoU" if raises else
+                   "does not raise IoU: not worth tracking with" if gain["se"] is not None
+                   else "one seed, no verdict")
+        body.append([LABELS.get(f"box-head-{method}", method),
+                     ms([r["iou_start"] for r in per_seed]),
+                     ms([r["iou_refined"] for r in per_seed]),
+                     f"{100 * gain['mean']:+.1f}" + ("" if gain["se"] is None
+                                                     else f" ({100 * gain['se']:.1f})"),
+                     ms([r["outranks"] for r in per_seed], fmt=".0f"),
+                     f"{100 * per_seed[0]['chance_outranks']:.0f}",
+                     ms([r["rank_correlation"] for r in per_seed], 1.0, ".2f"), verdict])
+    return markdown_table(["energy", "IoU start %", "IoU refined %", "gain (se)",
+                           "truth outranks %", "chance %", "rho(f, IoU)", "verdict"],
+                          body, align="lrrrrrrl")
+
+
 def box_head_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]],
                       validation: Mapping, *, title: str, seeds: Sequence[int],
                       reference=(), reference_note: str = "") -> str:
-    """The box-head experiment (seed 000 sec. 5, Table 4): per evaluation set the
+    """The box-head experiment (the EBM regression paper, sec. 5, Table 4): per evaluation set the
     scores table (the coarse tracker's row is the box heads' FPS without refinement),
     the paired differences with both standard errors and the verdicts; the validation
     choice; the paper's Table 4 (`reference`: (dataset, "KLD-IS / NCE / NCE+")) beside,
@@ -255,10 +316,21 @@ def box_head_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]],
             parts.append("What holds here (only differences beyond 2 standard errors "
                          "are claimed):\n\n"
                          + "\n".join(box_head_verdicts(rows, pairs)) + "\n")
+    refinement = validation.get("refinement", {})
+    for split, what in (("validation", "the validation split (held-out training "
+                                       "sequences)"),
+                        ("test", "the test split (unseen targets), after the choice")):
+        if refinement.get(split):
+            parts.append(f"Box refinement on {what}: each pair's true box perturbed "
+                         "(N(0, 0.1^2) per relative coordinate), refined by the head's "
+                         "gradient ascent with the chosen step lengths; mean +- sd over "
+                         "seeds, the gain with its standard error over seeds.\n\n"
+                         + refinement_table(refinement[split]))
     parts.append(f"Chosen on the validation split ({len(validation['sequences'])} "
-                 "held-out training sequences, never the test split): the refinement's "
-                 "step lengths and the training sigmas of each loss, by mean AUC over "
-                 "seeds (%, * = chosen).\n\n" + validation_table(validation))
+                 "held-out training sequences, never the test split): the training "
+                 "sigmas and the refinement's centre and size step lengths of each "
+                 "loss, by mean IoU after refinement over seeds (%, * = chosen).\n\n"
+                 + validation_table(validation))
     if reference:
         body = [[name] + [v.strip() for v in str(values).split("/")]
                 for name, values in reference]

@@ -107,11 +107,14 @@ def gaussian_box_energy(sigma: float = 0.05):
     return energy
 
 
-def refinement_measures(energy, inputs, true_boxes, key, probe: RefinementProbe):
+def refinement_measures(energy, inputs, true_boxes, key, probe: RefinementProbe,
+                        step_lengths=None):
     """The per-pair measures of the module docstring: a dict of (B,) arrays
     "iou_start", "iou_refined", "outranks" (1.0 / 0.0) and "rank_correlation".
     `energy(inputs_i, boxes) -> (N,)`, `inputs` batched over B pairs, `true_boxes`
-    (B, 4) xyxy. Jittable (close over `energy` and `probe`)."""
+    (B, 4) xyxy. `step_lengths` (C, 4), checked > 0 by the caller, may be traced: then
+    "iou_refined" is (C, B), one row per candidate (the probe's step lengths otherwise).
+    Jittable (close over `energy` and `probe`)."""
     true_boxes = jnp.asarray(true_boxes, jnp.float32)
     b = true_boxes.shape[0]
     starts = perturb_boxes(jax.random.fold_in(key, _START), true_boxes,
@@ -121,18 +124,26 @@ def refinement_measures(energy, inputs, true_boxes, key, probe: RefinementProbe)
     ranked = perturb_boxes(jax.random.fold_in(key, _RANKED), true_boxes,
                            probe.rank_sigma, probe.num_ranked)
 
+    def refined(inp, truth, start, lengths):
+        out, _, _ = ascend_boxes(lambda i, bx, c: energy(i, bx), inp, start[None],
+                                 num_steps=probe.num_steps, step_length=lengths,
+                                 reject_decreasing=probe.reject_decreasing)
+        return paired_box_iou(out[0], truth)
+
     def one(inp, truth, start, jit, rank):
-        refined, _, _ = ascend_boxes(lambda i, bx, c: energy(i, bx), inp, start[None],
-                                     num_steps=probe.num_steps,
-                                     step_length=np.asarray(probe.step_lengths),
-                                     reject_decreasing=probe.reject_decreasing)
         f_true = energy(inp, truth[None])[0]
         f_jit = energy(inp, jit)
         f_rank = energy(inp, rank)
-        return (paired_box_iou(refined[0], truth), (f_true > jnp.max(f_jit)).astype(jnp.float32),
+        return ((f_true > jnp.max(f_jit)).astype(jnp.float32),
                 spearman(f_rank, paired_box_iou(rank, truth[None])))
 
-    refined_iou, outranks, rho = jax.vmap(one)(inputs, true_boxes, starts, jittered, ranked)
+    outranks, rho = jax.vmap(one)(inputs, true_boxes, starts, jittered, ranked)
+    if step_lengths is None:
+        refined_iou = jax.vmap(refined, in_axes=(0, 0, 0, None))(
+            inputs, true_boxes, starts, np.asarray(probe.step_lengths))
+    else:
+        refined_iou = jax.vmap(lambda lengths: jax.vmap(refined, in_axes=(0, 0, 0, None))(
+            inputs, true_boxes, starts, lengths))(jnp.asarray(step_lengths, jnp.float32))
     return {"iou_start": paired_box_iou(starts, true_boxes), "iou_refined": refined_iou,
             "outranks": outranks, "rank_correlation": rho,
             "chance_outranks": jnp.full((b,), 1.0 / (probe.num_jittered + 1))}

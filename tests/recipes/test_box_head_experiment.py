@@ -177,9 +177,16 @@ def test_tiny_run_end_to_end(tmp_path):
     assert set(val["choice"]) == {"kld-is", "nce", "nce+", "ml-is"}
     assert val["sequences"] == ["train_00004"]  # the last training sequence
     for m, choice in val["choice"].items():
-        assert set(val["auc"][m]) == {"sigmas 0.05/0.5, steps x1",
-                                      "sigmas 0.05/0.5, steps x4"}
-        assert choice["candidate"] == experiment.best_candidate(val["auc"][m])
+        assert set(val["score"][m]) == {
+            f"sigmas 0.05/0.5, centre steps x{c}, size steps x{z}"
+            for c in (1, 4) for z in (1, 4)}
+        assert choice["candidate"] == experiment.best_candidate(val["score"][m])
+        for split in ("validation", "test"):
+            (row,) = val["refinement"][split][m]
+            assert 0 <= row["iou_start"] <= 1 and 0 <= row["outranks"] <= 1
+            assert row["control_iou_refined"] > 0.95  # the control reaches the truth
+    assert "Box refinement on the test split" in \
+        (tmp_path / "o" / "results.md").read_text()
     assert [a["label"] for a in payload["arms"]] == ["box-siam"] + HEADS
     training = payload["training"]
     assert {"box-siam-s0"} | {f"{h}-s0" for h in HEADS} == set(training)
@@ -204,9 +211,13 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
                                                      "ao", "sr50", "sr75", "fps")}
     summary = {"generated-test": {"box-siam": score, "box-head-nce+": score,
                                   "box-head-nce+ vs box-siam": _paired(0.10, 0.02, 0.03)}}
-    validation = {"sequences": ["train_00009"], "auc": {
+    probe = [{"iou_start": 0.7, "iou_refined": r, "outranks": 0.3, "chance_outranks": 0.1,
+              "rank_correlation": 0.5, "control_iou_refined": 1.0} for r in (0.8, 0.82)]
+    flat = [dict(r, iou_refined=r["iou_start"] + d) for r, d in zip(probe, (0.01, -0.01))]
+    validation = {"sequences": ["train_00009"], "score": {
         "nce+": {"steps x1": [0.4, 0.5], "steps x2": [0.6, 0.5]}},
-        "choice": {"nce+": {"candidate": "steps x2"}}}
+        "choice": {"nce+": {"candidate": "steps x2"}},
+        "refinement": {"validation": {"nce+": probe, "nce": flat}}}
     cfg = load_config(f"{CONFIG}:quick")
     md = report.box_head_markdown(summary, [("box-head-nce+", "box-siam")], validation,
                                   title="t", seeds=(0, 1, 2), reference=cfg.reference,
@@ -217,51 +228,71 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
     assert "se 2.0 over 3 seeds, 3.0 over sequences" in md
     assert "NCE+ > KLD-IS > NCE" in md  # the paper's order, from the config's note
     assert "box head, NCE+ vs box-siam" not in md  # pairs are not rows of the table
+    # the refinement probe: the control row, a head that raises IoU beyond 2 se (+11.0,
+    # se 1.0) and one that does not (+0.0, se 1.0)
+    assert "| Gaussian energy on the truth (control) | 70.0 +- 0.0 | 100.0 +- 0.0 |" in md
+    assert "| box head, NCE+ | 70.0 +- 0.0 | 81.0 +- 1.4 | +11.0 (1.0) | 30 +- 0 | 10 |" \
+        " 0.50 +- 0.00 | raises IoU |" in md
+    assert "+0.0 (1.0)" in md and "does not raise IoU: not worth tracking with" in md
 
 
 def test_choice_on_the_validation_split_only(monkeypatch):
-    """choose_box_head_settings with training and tracking replaced by fakes: every
-    candidate (sigmas x step scales) of every method and seed is tracked on the last
-    training sequences only, and the choice is the best mean over seeds."""
+    """choose_box_head_settings with training and the probe replaced by fakes: every
+    head (sigmas) of every method and seed is probed on the last training sequences
+    with every centre x size step-length candidate, the choice is the best mean over
+    seeds, and only then are the chosen heads probed on the test split."""
     cfg = tiny("--config.sigma_grid=0.05,0.5;0.1,1.0", "--config.step_scales=1,2",
                "--config.seeds=0,1", "--config.box_head_methods=nce+,kld-is")
     seqs = [SimpleNamespace(name=f"train_{i}") for i in range(cfg.num_train_sequences)]
-    data = stages.TrackingData(train=seqs, eval_sets={"generated-test": ["test_0"]},
+    test = [SimpleNamespace(name="test_0")]
+    data = stages.TrackingData(train=seqs, eval_sets={"generated-test": test},
                                identity={"train": {"t": 1}})
-    trained, tracked = [], []
+    trained, probed = [], []
+    base = cfg.box_head.step_lengths * (4 // len(cfg.box_head.step_lengths))
 
-    class Log:  # the run context: only its log is used
+    class Log:  # the run context: its log and pair seeds are used
         log = staticmethod(_quiet)
+
+        @staticmethod
+        def seed_of(stage, purpose):
+            return 0
 
     def fake_head(env, seed, used, *, settings):
         trained.append((seed, settings.method, settings.sigmas))
         return stages.Trained(settings, {"trained": {"seed": seed}})
 
-    def fake_evaluate(ctx, name, identity, set_name, sequences, run, *, progress_desc):
-        tracked.append((set_name, list(sequences)))
-        return run
-
-    def fake_scores(settings, sequences):
-        # the best: NCE+ with sigmas (0.1, 1.0) at 2x, KLD-IS with (0.05, 0.5) at 1x
-        good = {"nce+": ((0.1, 1.0), 2.0), "kld-is": ((0.05, 0.5), 1.0)}[settings.method]
-        hit = (settings.sigmas == good[0]
-               and settings.step_lengths[0] == good[1] * cfg.box_head.step_lengths[0])
-        return {"auc": 0.6 if hit else 0.4}
+    def fake_probe(model, sequences, settings, siamfc, *, seed, candidates=None):
+        probed.append(([q.name for q in sequences], candidates is not None))
+        # the best: NCE+ with sigmas (0.1, 1.0), centre x2 and size x1; KLD-IS with
+        # (0.05, 0.5), centre x1 and size x2
+        good = {"nce+": ((0.1, 1.0), (2.0, 1.0)), "kld-is": ((0.05, 0.5), (1.0, 2.0))}
+        sigmas, (c, z) = good[model.method]
+        want = (c * base[0], c * base[1], z * base[2], z * base[3])
+        cands = [0.6 if model.sigmas == sigmas and tuple(x) == pytest.approx(want) else 0.4
+                 for x in (candidates or [])]
+        measures = {"iou_start": 0.5, "iou_refined": 0.55, "outranks": 0.2,
+                    "chance_outranks": 0.1, "rank_correlation": 0.3}
+        return {"head": measures, "control": dict(measures, iou_refined=1.0),
+                "candidates": cands, "pairs": 64}
 
     monkeypatch.setattr(experiment, "box_siam_arm", lambda env, seed, used: "backbone")
     monkeypatch.setattr(experiment, "train_box_head_arm", fake_head)
-    monkeypatch.setattr(experiment, "box_head_runner", lambda model, s: s)
-    monkeypatch.setattr(stages, "evaluate", fake_evaluate)
-    monkeypatch.setattr(stages, "scores", fake_scores)
+    monkeypatch.setattr(experiment, "probe_box_head", fake_probe)
     chosen, record = experiment.choose_box_head_settings(
         stages.TrackingRun(cfg, Log(), data), cfg.seeds)
     assert len(trained) == 2 * 2 * 2  # seeds x methods x sigmas: heads trained
-    assert len(tracked) == 2 * 2 * 2 * 2 and all(  # ... x step scales: trackings
-        t == ("validation", seqs[-cfg.validation_sequences:]) for t in tracked)
+    val_names = [q.name for q in seqs[-cfg.validation_sequences:]]
+    assert probed[:8] == [(val_names, True)] * 8  # every head on validation, first
+    assert probed[8:] == [(["test_0"], False)] * 4  # then the chosen ones on test
     assert chosen["nce+"].sigmas == (0.1, 1.0)
-    assert chosen["nce+"].step_lengths == tuple(2 * x for x in cfg.box_head.step_lengths)
+    assert chosen["nce+"].step_lengths == pytest.approx((2 * base[0], 2 * base[1],
+                                                        base[2], base[3]))
     assert chosen["kld-is"].sigmas == (0.05, 0.5)
-    assert chosen["kld-is"].step_lengths == cfg.box_head.step_lengths
-    assert record["choice"]["nce+"]["candidate"] == "sigmas 0.1/1, steps x2"
-    assert record["auc"]["nce+"]["sigmas 0.1/1, steps x2"] == [0.6, 0.6]
+    assert chosen["kld-is"].step_lengths == pytest.approx((base[0], base[1],
+                                                          2 * base[2], 2 * base[3]))
+    label = "sigmas 0.1/1, centre steps x2, size steps x1"
+    assert record["choice"]["nce+"]["candidate"] == label
+    assert record["score"]["nce+"][label] == [0.6, 0.6]
+    assert record["refinement"]["validation"]["nce+"][0]["iou_refined"] == 0.6
+    assert record["refinement"]["test"]["kld-is"][1]["control_iou_refined"] == 1.0
     assert record["sequences"] == [q.name for q in seqs[-cfg.validation_sequences:]]

@@ -157,3 +157,19 @@ def test_the_probe_runs_on_prdimp_pairs_and_its_control_reaches_the_truth(sequen
     for k in ("iou_start", "iou_refined", "outranks", "rank_correlation"):
         assert np.isfinite(out["head"][k])
     assert out["head"]["iou_start"] == out["control"]["iou_start"]  # the same starts
+
+
+def test_candidate_step_lengths_give_what_each_would_alone(sequences):
+    backbone = SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0))
+    settings = BoxHeadSettings(processing="prdimp", width=8, hidden=16)
+    net = BoxHeadNet(backbone, build_box_head(backbone, settings, jax.random.key(0)))
+    cands = [[2.5e-3] * 4, [1e-2, 1e-2, 2.5e-3, 2.5e-3], [5e-2] * 4]
+    out = probe_box_head(net, sequences, settings, seed=0, num_batches=1, batch_size=4,
+                         candidates=cands)
+    for c, got in zip(cands, out["candidates"]):
+        alone = probe_box_head(net, sequences, dataclasses.replace(settings, step_lengths=c),
+                               seed=0, num_batches=1, batch_size=4)
+        # the same arithmetic, traced or constant step lengths: float32 rounding only
+        assert got == pytest.approx(alone["head"]["iou_refined"], abs=1e-5)
+    with pytest.raises(ValueError, match="candidates"):
+        probe_box_head(net, sequences, settings, seed=0, num_batches=1, candidates=[[0.0] * 4])
