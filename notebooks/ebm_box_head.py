@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # An energy-based box head for tracking (seed 000, sec. 5)
+# # An energy-based box head for tracking (the EBM regression paper, sec. 5)
 #
 # Gustafsson et al., "How to Train Your Energy-Based Model for Regression" (BMVC 2020),
 # sec. 5: a tracker localises the target's centre coarsely, then refines the full box by

@@ -1,5 +1,5 @@
 """Digits on photos: an MNIST-M-style benchmark that runs offline, for the contrastive
-experiments (seed 002). Raw pixels separate plain digits almost perfectly; composited
+experiments (InstDisc, MoCo). Raw pixels separate plain digits almost perfectly; composited
 onto patches of real photos, with the photo's colours inverted under the stroke (the
 MNIST-M blend, |patch - digit|), they do not, which leaves room for a representation to
 matter.

@@ -1,4 +1,4 @@
-"""Seed 000 as pure functions: proposals, losses, Langevin chains, Hessian traces and
+"""The EBM regression paper as pure functions: proposals, losses, Langevin chains, Hessian traces and
 gradient-ascent prediction. Nothing here knows about Flax, optimisers or devices."""
 
 from ebm_jax.energy.hessian import (

@@ -1,5 +1,5 @@
-"""A tracking backbone pretrained offline with the project's MoCo (He et al. 2020;
-seed 002) on the unlabelled frames of the training split and its photo pool: the
+"""A tracking backbone pretrained offline with the project's MoCo (He et al. 2020)
+on the unlabelled frames of the training split and its photo pool: the
 stand-in for the ImageNet ResNet-18 that SoCL-Siam and SoCL-CF start from in the paper
 (Wu & Chan, sec. 4.1), for machines with no ImageNet file (`--config.init=moco`).
 

@@ -1,6 +1,6 @@
 """ebm-jax run experiments/tracking/ebm_table4_box_head.py:quick
 
-Seed 000, sec. 5 and Table 4: an energy-based box head (KLD-IS, NCE, NCE+, ML-IS)
+The EBM regression paper, sec. 5 and Table 4: an energy-based box head (KLD-IS, NCE, NCE+, ML-IS)
 against SiamFC's own scale search.
 
 Box-Siam (SiamFC's AlexNet trained on boxes, the tracking recipe's) is trained per seed

@@ -1,6 +1,6 @@
 """ebm-jax run experiments/tracking/siamfc_box.py:quick
 
-Box-Siam: SiamFC trained on ground-truth boxes (Bertinetto et al. 2016; SoCL, seed 003, Table 2).
+Box-Siam: SiamFC trained on ground-truth boxes (Bertinetto et al. 2016; SoCL, Wu & Chan, Table 2).
 
 SiamFC's AlexNet is trained on pairs of frames (fewer than 100 apart) of the generated
 train split and tracks the test split (disjoint photos), scored with the OTB success and

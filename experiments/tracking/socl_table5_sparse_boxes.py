@@ -8,7 +8,7 @@ SoCL-CF (the correlation filter tracker on SoCL-Siam's backbone, `--config.dcf.*
 tracks each snippet of the training sequences from its box; where its centre is more
 than 20 px (`--config.failure_radius`) from the frame's point, the frame is a failure,
 the point becomes the box's centre and the tracker is moved there. The regressor is the
-energy-based box head of seed 000 (NCE+, `--config.box_head.*`) on SoCL-Siam's frozen
+energy-based box head of the EBM regression paper (NCE+, `--config.box_head.*`) on SoCL-Siam's frozen
 backbone (the paper trains TransT), trained on (a) every true box, (b) the pseudo boxes
 at T = 10 (`--config.sparse_every`), (c) the sparse boxes alone; the same seeds and the
 same tracker (SiamFC's centre refined by the head). Also SoCL-Siam and SoCL-CF. The
