@@ -1,6 +1,6 @@
-"""The box-head experiment (seed 000 sec. 5, Table 4) of the tracking recipe: its arms
+"""The box-head experiment (the EBM regression paper, sec. 5, Table 4) of the tracking recipe: its arms
 and pairs, the validation split and choice, the report's verdicts, the bad settings
-refused before training, the README's command, and the tiny config end to end (slow)."""
+refused before training, the docs page's commands, and the tiny config end to end (slow)."""
 
 import json
 import re
@@ -149,9 +149,8 @@ def test_variants_and_shared_data_with_box_siam():
     assert paper.train_data == "got10k"
 
 
-def test_readme_section_command_is_a_real_config():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Tracking with an energy-based box head", 1)[1].split("\n## ")[0]
+def test_the_docs_commands_are_real_configs():
+    section = (ROOT / "docs" / "ebm_box_head.md").read_text()
     commands = re.findall(r"ebm-jax run (\S+?\.py):(\w+)", section)
     assert commands, "the section has no command"
     for path, variant in commands:
