@@ -285,7 +285,29 @@ def describe(path: Path) -> tuple[str, tuple[str, ...]]:
     """(one-line purpose, variants) of a config file, without running its recipe."""
     module = load_module(path)
     doc = (module.__doc__ or "").strip().splitlines()
-    purpose = next((ln.strip() for ln in doc if ln.strip() and not
-                    ln.strip().startswith("ebm-jax ")), "")
-    return purpose, tuple(module.VARIANTS)
+    lines = [ln.strip() for ln in doc if not ln.strip().startswith("ebm-jax ")]
+    while lines and not lines[0]:
+        lines.pop(0)
+    paragraph = lines[:lines.index("")] if "" in lines else lines
+    return " ".join(paragraph), tuple(module.VARIANTS)
+
+
+def config_fields(cfg, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted field name, value, default) of every field of a config dataclass, the
+    fields of nested dataclasses flattened (`box_head.steps`); the default is the
+    dataclass's own (`dataclasses.MISSING` where it has none)."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out += config_fields(value, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", value, default))
+    return out
 

@@ -197,3 +197,34 @@ def test_records_store_what_determines_the_data(capsys, tmp_path):
         capsys.readouterr()
         assert cli.main(["records", "info", str(tmp_path / kind)]) == 0
         assert json.loads(capsys.readouterr().out)["metadata"]["kind"] == kind
+
+
+def test_list_gives_each_config_its_whole_purpose(capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[1])
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(find_configs(Path(__file__).parents[1] / "experiments"))
+    for line in lines:  # a purpose is whole sentences, never cut mid-sentence
+        assert line.rstrip().endswith((".", ")", ".)")), line
+
+
+def test_show_prints_fields_values_and_defaults(capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[1])
+    config = "experiments/tracking/ebm_table4_box_head.py:tiny"
+    assert cli.main(["show", config, "--config.box_head.processing=prdimp"]) == 0
+    out = capsys.readouterr().out
+    assert "ebm_jax.recipes.tracking.Config" in out.splitlines()[0]
+    fields = {ln.split("=")[0].strip(): ln.split("=", 1)[1].strip()
+              for ln in out.splitlines()[1:]}
+    # a nested field, an override, a preset value beside its default, a default one
+    assert fields["--config.box_head.processing"] == "'prdimp'  (default 'siamfc')"
+    assert fields["--config.num_train_sequences"] == "4  (default 50)"
+    assert fields["--config.backbone"] == "'alexnet'"
+    assert cli.main(["show", config, "--config.nope=1"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_run_help_says_the_default_variant_is_the_first(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    assert "the first the file lists" in " ".join(capsys.readouterr().out.split())
