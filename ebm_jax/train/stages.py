@@ -405,7 +405,12 @@ class TrainStage:
                     final_meta=lambda: {FIGURES: stage_figures(
                         stage_dir, self.num_steps).asdict()})
         ctx.current = None
-        return state, finished_figures(stage_dir, self.num_steps)
+        figures = finished_figures(stage_dir, self.num_steps)
+        if not ctx.progress:  # no bars: one line per finished stage
+            loss = "" if figures.final_loss is None else f", final loss {figures.final_loss:.4g}"
+            ctx.log(f"stage {self.name}: {figures.steps} steps, {figures.seconds:.0f} s of "
+                    f"training{loss}")
+        return state, figures
 
 
 FIGURES = "figures"  # the entry of a finished stage's last checkpoint meta

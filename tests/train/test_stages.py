@@ -303,3 +303,10 @@ def test_an_older_stage_with_a_cut_metrics_file_is_one_clear_error(toy, tmp_path
     metrics.unlink()
     with pytest.raises(CorruptFileError, match=r"metrics file .* holds no step"):
         _run(toy, tmp_path / "w")
+
+
+def test_without_progress_bars_each_stage_says_one_line_when_done(toy, tmp_path):
+    lines = []
+    run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, log=lines.append)
+    done = [ln for ln in lines if ln.startswith("stage toy") and " steps, " in ln]
+    assert len(done) == 1 and "final loss" in done[0], lines
