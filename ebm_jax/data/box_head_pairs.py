@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ebm_jax.data.tracking_pairs import partnered, pick_pair, usable_frames
+from ebm_jax.data.tracking_pairs import pair_index, pick_pair
 from ebm_jax.ops.jitter import REFERENCE, TEST, CropJitter, jittered_crop_np
 
 
@@ -34,13 +34,8 @@ def jittered_pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int,
     if batch_size < 1 or max_gap < 1:
         raise ValueError(f"batch_size and max_gap must be >= 1, got {batch_size} and "
                          f"{max_gap}")
-    index = []
-    for i, seq in enumerate(sequences):
-        frames = usable_frames(seq, min_size=min_size, max_aspect=max_aspect,
-                               min_visible=min_visible)
-        frames = frames[partnered(frames, max_gap)]
-        if len(frames) >= 2:
-            index.append((i, frames))
+    index = pair_index(sequences, max_gap, min_size=min_size, max_aspect=max_aspect,
+                       min_visible=min_visible)
     if not index:
         raise ValueError(f"no sequence of {len(sequences)} has two usable frames less "
                          f"than {max_gap} apart")

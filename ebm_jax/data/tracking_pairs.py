@@ -83,6 +83,18 @@ def partnered(frames: np.ndarray, max_gap: int) -> np.ndarray:
     return near
 
 
+def pair_index(sequences: Sequence, max_gap: int, **usable) -> list[tuple[int, np.ndarray]]:
+    """(sequence index, its frames a pair can use) of every sequence with two
+    `usable_frames` (`usable`: that function's filters) less than `max_gap` apart."""
+    index = []
+    for i, seq in enumerate(sequences):
+        frames = usable_frames(seq, **usable)
+        frames = frames[partnered(frames, max_gap)]
+        if len(frames) >= 2:
+            index.append((i, frames))
+    return index
+
+
 def pick_pair(rng: np.random.Generator, frames: np.ndarray, max_gap: int) -> tuple[int, int]:
     """Indices (a, b) into `frames` (distinct frame numbers, each `partnered`): a random
     frame, then a random other frame less than `max_gap` from it. The one pair sampler
@@ -111,14 +123,9 @@ def pair_batches(sequences: Sequence, *, batch_size: int, max_gap: int, seed: in
         raise ValueError(f"need 0 <= relative_size[0] < relative_size[1] <= 1 and 0 <= "
                          f"min_size <= max_size, got relative_size={relative_size}, "
                          f"min_size={min_size}, max_size={max_size}")
-    index = []
-    for i, seq in enumerate(sequences):
-        frames = usable_frames(seq, min_size=min_size, max_aspect=max_aspect,
-                               min_visible=min_visible, max_size=max_size,
-                               relative_size=relative_size)
-        frames = frames[partnered(frames, max_gap)]
-        if len(frames) >= 2:
-            index.append((i, frames))
+    index = pair_index(sequences, max_gap, min_size=min_size, max_aspect=max_aspect,
+                       min_visible=min_visible, max_size=max_size,
+                       relative_size=relative_size)
     if not index:
         raise ValueError(f"no training sequence has two usable frames less than {max_gap} "
                          f"apart (boxes of {min_size}-{max_size} px and {lo}-{hi} of the "
