@@ -52,6 +52,10 @@ TRACKING_METHODS = ("ml-is", "kld-is", "nce", "nce+")
 # exact) or pytracking's PrDiMP processing (both jittered, `ebm_jax.ops.jitter`, with
 # appearance augmentation)
 PROCESSINGS = ("siamfc", "prdimp")
+# the tracker's options beside the refinement: the head sizes the box only (SiamFC's
+# centre kept), a refined box is taken only where f(refined) - f(coarse) exceeds a
+# margin, the size moves by a damped step
+TRACKER_OPTIONS = ("refine_center", "accept_margin", "size_update")
 PRDIMP_FIELDS = ("processing", "search_area_factor", "center_jitter_factors",
                  "scale_jitter_factors", "brightness_jitter", "grayscale_prob", "blur_prob")
 
@@ -90,7 +94,10 @@ class BoxHeadSettings:
     refinement's rule; PrDiMP takes every step). The step lengths belong to a
     validation split. Final box: the mean (in the relative space) of the `top_k`
     candidates of highest f; its size is kept in
-    [min_size px, the frame's size] and its centre inside the frame.
+    [min_size px, the frame's size] and its centre inside the frame. Tracker options:
+    `refine_center` False keeps SiamFC's centre (the head sets the size only);
+    `accept_margin` m takes the refined box only where f(refined) - f(coarse) > m (else
+    the coarse one); `size_update` d moves the size to size^(1 - d) refined^d.
     """
 
     method: str = "nce+"
@@ -123,6 +130,9 @@ class BoxHeadSettings:
     brightness_jitter: float = 0.2
     grayscale_prob: float = 0.05
     blur_prob: float = 0.0
+    refine_center: bool = True
+    accept_margin: float | None = None
+    size_update: float = 1.0
 
     def __post_init__(self):
         if self.processing not in PROCESSINGS:
@@ -177,6 +187,19 @@ class BoxHeadSettings:
             if not ok:
                 raise ValueError(f"BoxHeadSettings.{name} must be a number "
                                  f"{'> 0' if open_low else '>= 0'}, got {v!r}")
+        for name in ("reject_decreasing", "refine_center"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"BoxHeadSettings.{name} must be True or False, got "
+                                 f"{getattr(self, name)!r}")
+        m = self.accept_margin
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float))
+                              or not math.isfinite(m)):
+            raise ValueError(f"BoxHeadSettings.accept_margin must be a finite number or "
+                             f"None, got {m!r}")
+        u = self.size_update
+        if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
+            raise ValueError(f"BoxHeadSettings.size_update must be a number in (0, 1], "
+                             f"got {u!r}")
         if not isinstance(self.reject_decreasing, bool):
             raise ValueError(f"BoxHeadSettings.reject_decreasing must be True or False, "
                              f"got {self.reject_decreasing!r}")
@@ -202,6 +225,9 @@ class BoxHeadSettings:
         out = dataclasses.asdict(self)
         if self.processing == "siamfc":
             for name in PRDIMP_FIELDS:
+                out.pop(name)
+        for name in TRACKER_OPTIONS:  # recorded where they differ from the default
+            if out[name] == getattr(BoxHeadSettings, name):
                 out.pop(name)
         return out
 
@@ -338,6 +364,15 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
                                coarse)
         new_center, new_size = frame_box(best, center, side, size)
         ok = jnp.all(jnp.isfinite(new_center)) & jnp.all(jnp.isfinite(new_size))
+        if s.accept_margin is not None:  # only a box the head prefers by the margin
+            f_best, f_coarse = head_m.score(state.modulation, test,
+                                            jnp.stack([best, coarse]))
+            ok &= f_best - f_coarse > s.accept_margin
+        if not s.refine_center:  # SiamFC's centre kept, the head sizes the box
+            new_center = center
+        # a damped size update in log space: size^(1 - d) x refined^d
+        new_size = jnp.exp((1 - s.size_update) * jnp.log(box_size)
+                           + s.size_update * jnp.log(new_size))
         return jnp.where(ok, new_center, center), jnp.where(ok, new_size, box_size)
 
     def update(params, state: BoxHeadState, frame):

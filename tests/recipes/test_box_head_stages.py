@@ -71,9 +71,9 @@ def test_training_changes_the_head_only_and_stays_finite(trained, backbone):
     ident = trained.identity
     assert ident["backbone"] == {"box-siam": "s0"} and ident["joint"] is False
     # the SiamFC processing records the fields it had before the PrDiMP processing
-    from ebm_jax.tracking.box_head import PRDIMP_FIELDS
+    from ebm_jax.tracking.box_head import PRDIMP_FIELDS, TRACKER_OPTIONS
     assert ident["settings"] == {k: v for k, v in dataclasses.asdict(SETTINGS).items()
-                                 if k not in PRDIMP_FIELDS}
+                                 if k not in PRDIMP_FIELDS + TRACKER_OPTIONS}
 
 
 @pytest.mark.slow

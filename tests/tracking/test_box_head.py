@@ -263,3 +263,52 @@ def test_settings_reach_the_refinement(parts, trackers):
     # encode then decode in the relative space, and crop <-> frame: a few float32
     # operations on numbers below 300
     np.testing.assert_allclose(np.asarray(box_a), np.asarray(box_b), atol=64 * 2**-23 * 300)
+
+
+def test_tracker_options_size_only_margin_and_damped_size(parts, trackers):
+    """The same strong head and frame as above: with refine_center=False the centre is
+    SiamFC's and only the size moves; an accept margin no refinement can pass keeps
+    the coarse box; size_update d puts the size at coarse^(1 - d) refined^d."""
+    backbone, head = parts
+    strong = nnx.clone(head)
+    strong.out.kernel[...] = strong.out.kernel[...] * 3000
+    base = dict(top_k=1, reject_decreasing=True, step_lengths=(2e-2, 2e-2, 2e-2, 2e-2))
+    _, coarse_t, _ = trackers
+    box0 = np.array([50.0, 38.0, 26.0, 20.0])
+    frame1 = _frame(box0 + [3, 2, 0, 0])
+
+    def step(**options):
+        tracker, params = make_box_head_tracker(backbone, strong,
+                                                BoxHeadSettings(**base, **options))
+        state0 = tracker.init(params, _frame(box0), box0)
+        st, _ = tracker.update(params, state0, frame1)
+        return np.asarray(st.siamfc.center), np.asarray(st.siamfc.size), params, state0
+
+    c_full, s_full, params, state0 = step()
+    st_c, _ = coarse_t.update(params, state0, frame1)
+    c_coarse, s_coarse = np.asarray(st_c.siamfc.center), np.asarray(st_c.siamfc.size)
+    assert not np.allclose(c_full, c_coarse)  # the full refinement moves the centre
+    c_size, s_size, _, _ = step(refine_center=False)
+    np.testing.assert_array_equal(c_size, c_coarse)
+    np.testing.assert_allclose(s_size, s_full, rtol=1e-5)  # the same refined size
+    c_m, s_m, _, _ = step(accept_margin=1e9)
+    np.testing.assert_array_equal(c_m, c_coarse)
+    np.testing.assert_array_equal(s_m, s_coarse)
+    _, s_half, _, _ = step(size_update=0.5)
+    np.testing.assert_allclose(s_half, np.sqrt(s_coarse * s_full), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kw, field", [({"size_update": 0.0}, "size_update"),
+                                       ({"size_update": 1.5}, "size_update"),
+                                       ({"accept_margin": float("nan")}, "accept_margin"),
+                                       ({"refine_center": 1}, "refine_center")])
+def test_bad_tracker_options_name_the_field(kw, field):
+    with pytest.raises(ValueError, match=f"BoxHeadSettings.{field}"):
+        BoxHeadSettings(**kw)
+
+
+def test_tracker_options_at_their_defaults_keep_the_training_identity():
+    assert BoxHeadSettings().identity() == BoxHeadSettings(
+        refine_center=True, accept_margin=None, size_update=1.0).identity()
+    assert "size_update" not in BoxHeadSettings().identity()
+    assert BoxHeadSettings(size_update=0.5).identity()["size_update"] == 0.5
