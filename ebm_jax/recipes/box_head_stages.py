@@ -100,7 +100,7 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     joint = bool(joint)
     name = name or f"box-head-{settings.method}{'-joint' if joint else ''}-s{ctx.seed}"
     identity = {"data": data_identity, "backbone": backbone_identity,
-                "settings": settings.identity(),
+                "settings": settings.training_identity(),
                 "siamfc": dataclasses.asdict(siamfc), "levels": list(levels),
                 "joint": joint, "seed": int(ctx.seed)}
     every = max(1, settings.steps // 20)

@@ -220,15 +220,25 @@ class BoxHeadSettings:
         return siamfc.search_side(h, w)
 
     def identity(self) -> dict:
-        """The settings a stage's identity records: the PrDiMP processing's fields only
-        where they are used, so stages of the SiamFC processing keep their identity."""
+        """The settings an identity records (a tracker's evaluation): every field, but
+        the PrDiMP processing's only where it is used and the tracker's options only
+        where they differ from their defaults, so that stages and evaluations of the
+        settings before these fields existed keep their identity."""
         out = dataclasses.asdict(self)
         if self.processing == "siamfc":
             for name in PRDIMP_FIELDS:
                 out.pop(name)
-        for name in TRACKER_OPTIONS:  # recorded where they differ from the default
+        for name in TRACKER_OPTIONS:
             if out[name] == getattr(BoxHeadSettings, name):
                 out.pop(name)
+        return out
+
+    def training_identity(self) -> dict:
+        """What a training stage's identity records: `identity` less the tracker's
+        options, which no training uses (one head, tracked with every option)."""
+        out = self.identity()
+        for name in TRACKER_OPTIONS:
+            out.pop(name, None)
         return out
 
     @property
