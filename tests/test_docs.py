@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
 # labels a user cannot know: numbered source files, issue numbers, "the issue's ..."
-INTERNAL = re.compile(r"seed 00[0-9]|seeds? 000|issue ?#?[0-9]+|the issue.s", re.I)
+INTERNAL = re.compile(r"seed\s+00[0-9]|seeds?\s+000|issue\s?#?[0-9]+|the\s+issue.s", re.I)
 
 
 def _python_blocks(text: str) -> list[str]:

@@ -94,9 +94,12 @@ def _probe_row(probe: dict, candidate: int | None = None) -> dict:
     """One seed's probe figures: the head's, with "iou_refined" that of `candidate`
     (an index into the probe's candidates), and the control's refined IoU."""
     row = {k: probe["head"][k] for k in PROBE_KEYS}
+    row["gain_se_pairs"] = probe["head_se"]["gain"]
     if candidate is not None:
         row["iou_refined"] = probe["candidates"][candidate]
+        row["gain_se_pairs"] = probe["candidates_gain_se"][candidate]
     row["control_iou_refined"] = probe["control"]["iou_refined"]
+    row["pairs"] = probe["pairs"]
     return row
 
 

@@ -164,7 +164,8 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
     > 0, whose mean refined IoU is reported too ("candidates", C floats), from the same
     starts. Returns {"head": means, "control": means, "pairs": n, "candidates": [...]},
     means of "iou_start", "iou_refined", "outranks", "rank_correlation" and
-    "chance_outranks"."""
+    "chance_outranks", with "head_se" (standard errors over the pairs, and of the gain
+    iou_refined - iou_start, paired by pair) and "candidates_gain_se"."""
     probe = probe or RefinementProbe(step_lengths=settings.step_lengths,
                                      num_steps=settings.refine_steps,
                                      reject_decreasing=settings.reject_decreasing)
@@ -183,10 +184,20 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
         parts["head"].append(head)
         parts["control"].append(ctrl)
         by_candidate.append(np.asarray(cand))
-    out = {name: {k: float(np.mean(np.concatenate([np.asarray(p[k]) for p in rows])))
-                  for k in rows[0]} for name, rows in parts.items()}
-    out["pairs"] = num_batches * batch_size
-    out["candidates"] = np.concatenate(by_candidate, axis=1).mean(axis=1).tolist()
+    pooled = {name: {k: np.concatenate([np.asarray(p[k]) for p in rows]) for k in rows[0]}
+              for name, rows in parts.items()}
+    out = {name: {k: float(v.mean()) for k, v in values.items()}
+           for name, values in pooled.items()}
+    n = num_batches * batch_size
+    gain = pooled["head"]["iou_refined"] - pooled["head"]["iou_start"]
+    # standard errors over the pairs (one seed's spread; the seeds' comes from the caller)
+    out["head_se"] = {k: float(v.std(ddof=1) / np.sqrt(n)) for k, v in pooled["head"].items()}
+    out["head_se"]["gain"] = float(gain.std(ddof=1) / np.sqrt(n))
+    out["pairs"] = n
+    by_candidate = np.concatenate(by_candidate, axis=1)
+    out["candidates"] = by_candidate.mean(axis=1).tolist()
+    out["candidates_gain_se"] = [float(g.std(ddof=1) / np.sqrt(n)) for g in
+                                 by_candidate - pooled["head"]["iou_start"][None]]
     return out
 
 

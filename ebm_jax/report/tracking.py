@@ -263,7 +263,8 @@ def refinement_table(rows: Mapping[str, list[dict]]) -> str:
     after refinement, their paired difference with its standard error over seeds, the
     rate the true box outranks the jittered ones (chance beside it) and Spearman's rho
     of f with IoU; a head whose refinement does not raise the IoU beyond 2 standard
-    errors is marked as not worth tracking with."""
+    errors (over seeds; with one seed, over its pairs) is marked as not worth tracking
+    with."""
     def ms(values, scale=100.0, fmt=".1f"):
         m, sd = mean_sd([scale * v for v in values])
         return "-" if m is None else f"{m:{fmt}}" + ("" if sd is None else f" +- {sd:{fmt}}")
@@ -277,9 +278,14 @@ def refinement_table(rows: Mapping[str, list[dict]]) -> str:
     for method, per_seed in rows.items():
         gain = paired_difference([r["iou_refined"] for r in per_seed],
                                  [r["iou_start"] for r in per_seed])
-        raises = gain["se"] is not None and gain["mean"] > 2 * gain["se"]
-        verdict = ("raises IoU" if raises else
-                   "does not raise IoU: not worth tracking with" if gain["se"] is not None
+        se = gain["se"]
+        over = "seeds"
+        if se is None and per_seed[0].get("gain_se_pairs") is not None:
+            se, over = per_seed[0]["gain_se_pairs"], "pairs"  # one seed: its pairs' spread
+            gain = dict(gain, se=se)
+        raises = se is not None and gain["mean"] > 2 * se
+        verdict = (f"raises IoU (beyond 2 se over {over})" if raises else
+                   "does not raise IoU: not worth tracking with" if se is not None
                    else "one seed, no verdict")
         body.append([LABELS.get(f"box-head-{method}", method),
                      ms([r["iou_start"] for r in per_seed]),

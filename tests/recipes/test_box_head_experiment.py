@@ -231,8 +231,13 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
     # se 1.0) and one that does not (+0.0, se 1.0)
     assert "| Gaussian energy on the truth (control) | 70.0 +- 0.0 | 100.0 +- 0.0 |" in md
     assert "| box head, NCE+ | 70.0 +- 0.0 | 81.0 +- 1.4 | +11.0 (1.0) | 30 +- 0 | 10 |" \
-        " 0.50 +- 0.00 | raises IoU |" in md
+        " 0.50 +- 0.00 | raises IoU (beyond 2 se over seeds) |" in md
     assert "+0.0 (1.0)" in md and "does not raise IoU: not worth tracking with" in md
+    # one seed: the verdict rests on the spread over its pairs
+    one = [dict(probe[0], gain_se_pairs=0.02)]
+    md1 = report.refinement_table({"nce+": one, "nce": [dict(one[0], gain_se_pairs=0.06)]})
+    assert "| +10.0 (2.0) |" in md1 and "raises IoU (beyond 2 se over pairs)" in md1
+    assert "| +10.0 (6.0) |" in md1 and "not worth tracking with" in md1
 
 
 def test_choice_on_the_validation_split_only(monkeypatch):
@@ -272,7 +277,8 @@ def test_choice_on_the_validation_split_only(monkeypatch):
         measures = {"iou_start": 0.5, "iou_refined": 0.55, "outranks": 0.2,
                     "chance_outranks": 0.1, "rank_correlation": 0.3}
         return {"head": measures, "control": dict(measures, iou_refined=1.0),
-                "candidates": cands, "pairs": 64}
+                "candidates": cands, "pairs": 64, "head_se": {"gain": 0.01},
+                "candidates_gain_se": [0.02] * len(cands)}
 
     monkeypatch.setattr(experiment, "box_siam_arm", lambda env, seed, used: "backbone")
     monkeypatch.setattr(experiment, "train_box_head_arm", fake_head)
@@ -294,4 +300,6 @@ def test_choice_on_the_validation_split_only(monkeypatch):
     assert record["score"]["nce+"][label] == [0.6, 0.6]
     assert record["refinement"]["validation"]["nce+"][0]["iou_refined"] == 0.6
     assert record["refinement"]["test"]["kld-is"][1]["control_iou_refined"] == 1.0
+    assert record["refinement"]["validation"]["nce+"][0]["gain_se_pairs"] == 0.02
+    assert record["refinement"]["test"]["nce+"][0]["gain_se_pairs"] == 0.01
     assert record["sequences"] == [q.name for q in seqs[-cfg.validation_sequences:]]

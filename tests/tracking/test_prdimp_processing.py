@@ -159,6 +159,7 @@ def test_the_probe_runs_on_prdimp_pairs_and_its_control_reaches_the_truth(sequen
     for k in ("iou_start", "iou_refined", "outranks", "rank_correlation"):
         assert np.isfinite(out["head"][k])
     assert out["head"]["iou_start"] == out["control"]["iou_start"]  # the same starts
+    assert out["head_se"]["gain"] >= 0 and len(out["candidates_gain_se"]) == 1
 
 
 def test_candidate_step_lengths_give_what_each_would_alone(sequences):
