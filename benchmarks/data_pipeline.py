@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ebm_jax.data import images as image_data
 from ebm_jax.data.pipeline import HostShard, StepReader, batch_indices, image_batches
-from ebm_jax.data.records import write_image_records
+from ebm_jax.data.records_write import write_image_records
 from ebm_jax.io import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

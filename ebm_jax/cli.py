@@ -162,6 +162,7 @@ def _records(args, overrides) -> int:
     import json
 
     from ebm_jax.data import records as rec
+    from ebm_jax.data import records_write as rw
 
     if args.kind == "info":
         r = rec.open_records(args.path)
@@ -182,7 +183,7 @@ def _records(args, overrides) -> int:
 
         key = RunContext.key_of(args.seed, f"toy1d-d{args.dataset}", "data")
         x, y = toy1d.sample(key, args.dataset, args.num)
-        path = rec.write_toy1d_records(jax.device_get(x), jax.device_get(y), args.out,
+        path = rw.write_toy1d_records(jax.device_get(x), jax.device_get(y), args.out,
                                        metadata={"dataset": args.dataset, "seed": args.seed,
                                                  "drawn_as": "the 1D recipe's data"})
     elif args.kind == "images":
@@ -193,7 +194,7 @@ def _records(args, overrides) -> int:
         data = image_data.load_image_data(
             args.data, args.image_size, data_root=args.data_root,
             seed=split_seed, split=args.split)
-        path = rec.write_image_records(data, args.out, metadata={
+        path = rw.write_image_records(data, args.out, metadata={
             "data": args.data, "image_size": args.image_size, "seed": args.seed,
             "split_seed": split_seed, "eval_split": args.split,
             "data_root": None if args.data_root is None else
@@ -209,7 +210,7 @@ def _records(args, overrides) -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 d = generate_dataset(tmp, num_images=args.generate,
                                      image_size=args.image_size, seed=args.seed)
-                path = rec.write_detection_records(
+                path = rw.write_detection_records(
                     d.annotations, d.image_dir, args.out,
                     noisy_annotations=d.noisy_annotations, metadata={
                         "generated": args.generate, "image_size": args.image_size,
@@ -217,7 +218,7 @@ def _records(args, overrides) -> int:
         else:
             if args.image_dir is None:
                 raise ValueError("--annotations needs --image-dir")
-            path = rec.write_detection_records(
+            path = rw.write_detection_records(
                 args.annotations, args.image_dir, args.out,
                 noisy_annotations=args.noisy_annotations, metadata={
                     "annotations": str(Path(args.annotations).resolve()),
@@ -227,7 +228,7 @@ def _records(args, overrides) -> int:
     else:
         from ebm_jax.data.sequences import read_got10k
 
-        path = rec.write_tracking_records(read_got10k(args.root), args.out, metadata={
+        path = rw.write_tracking_records(read_got10k(args.root), args.out, metadata={
             "root": str(Path(args.root).resolve())})
     r = rec.open_records(path)
     print(f"wrote {r.kind} records to {path}: " + ", ".join(

@@ -90,7 +90,7 @@ def test_importing_and_loading_configs_leaves_the_backend_to_initialize():
 @pytest.mark.slow  # about 1 min on 2 idle cores: `make test-slow`
 def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     from ebm_jax.data import images as image_data
-    from ebm_jax.data.records import write_image_records
+    from ebm_jax.data.records_write import write_image_records
 
     records = write_image_records(image_data.load_image_data("digits", 8, seed=0)
                                   .subset(96, 40), tmp_path / "records")

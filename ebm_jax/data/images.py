@@ -197,7 +197,7 @@ def load_image_folder(root: str | os.PathLike, size: int = 32, *,
 DATASETS = ("embedded", "digits", "opencv-digits", "digits-on-photos", "cifar10", "folder",
             "records")
 # data_root: a directory, required ("records": an "images" ArrayRecord dataset written by
-# `data.records.write_image_records`, e.g. by `ebm-jax records images`)
+# `data.records_write.write_image_records`, e.g. by `ebm-jax records images`)
 NEEDS_ROOT = ("cifar10", "folder", "records")
 OPTIONAL_ROOT = ("opencv-digits",)  # data_root: the directory that holds digits.png
 

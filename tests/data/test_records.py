@@ -13,6 +13,7 @@ grain = pytest.importorskip("grain")
 
 from ebm_jax.data import images as image_data  # noqa: E402
 from ebm_jax.data import records as rec  # noqa: E402
+from ebm_jax.data import records_write as rw  # noqa: E402
 from ebm_jax.data.pipeline import (  # noqa: E402
     ArraySource,
     HostShard,
@@ -27,7 +28,7 @@ from ebm_jax.data.pipeline import (  # noqa: E402
 def digits(tmp_path_factory):
     """The digits at 8 px (train 1347, test 450) and their records."""
     data = image_data.load_image_data("digits", 8, seed=3).subset(200, 60)
-    path = rec.write_image_records(data, tmp_path_factory.mktemp("rec") / "digits")
+    path = rw.write_image_records(data, tmp_path_factory.mktemp("rec") / "digits")
     return data, path
 
 
@@ -37,7 +38,7 @@ def test_toy1d_round_trip(tmp_path):
     from ebm_jax.data import toy1d
 
     x, y = toy1d.sample(jax.random.key(0), 2, 300)
-    path = rec.write_toy1d_records(x, y, tmp_path / "t", metadata={"dataset": 2})
+    path = rw.write_toy1d_records(x, y, tmp_path / "t", metadata={"dataset": 2})
     r = rec.open_records(tmp_path / "t", "toy1d")  # the parent of the dataset dir works
     assert r.path == path and r.splits == {"train": 300}
     assert r.metadata["dataset"] == 2 and r.metadata["num"] == 300
@@ -63,7 +64,7 @@ def test_images_round_trip_as_uint8(digits):
     np.testing.assert_allclose(loaded.train_images, data.train_images, atol=0.5 / 255)
     np.testing.assert_array_equal(loaded.train_index, np.arange(200))
     # written again from what was read: the same bytes (uint8 / 255 is exact)
-    again = rec.write_image_records(loaded, path.parents[2] / "again")
+    again = rw.write_image_records(loaded, path.parents[2] / "again")
     np.testing.assert_array_equal(rec.open_records(again).read_all()["image"],
                                   r.read_all()["image"])
     assert image_data.dataset_sizes("records", path) == (200, 60, 1)
@@ -72,7 +73,7 @@ def test_images_round_trip_as_uint8(digits):
 def test_detection_round_trip(shapes_dataset, tmp_path):
     from PIL import Image
 
-    path = rec.write_detection_records(shapes_dataset.annotations, shapes_dataset.image_dir,
+    path = rw.write_detection_records(shapes_dataset.annotations, shapes_dataset.image_dir,
                                        tmp_path / "det",
                                        noisy_annotations=shapes_dataset.noisy_annotations)
     r = rec.open_records(path, "detection")
@@ -102,7 +103,7 @@ def test_tracking_round_trip(tmp_path):
     spec = TrackingSpec(split="train", num_sequences=2, num_frames=4, height=48, width=64,
                         seed=1)
     seqs = read_got10k(generate_tracking_split(tmp_path / "d", spec, progress=False))
-    path = rec.write_tracking_records(seqs, tmp_path / "trk")
+    path = rw.write_tracking_records(seqs, tmp_path / "trk")
     r = rec.open_records(path, "tracking")
     assert r.metadata["sequences"] == [s.name for s in seqs]
     assert r.metadata["lengths"] == [4, 4] and r.splits == {"train": 8}
@@ -131,7 +132,7 @@ def test_bad_records_paths_are_named(tmp_path, digits):
     with pytest.raises(rec.RecordsError, match="no split 'val'"):
         rec.open_records(digits[1]).source("val")
     with pytest.raises(rec.RecordsError, match="already holds a dataset"):
-        rec.write_image_records(digits[0], digits[1].parents[1])
+        rw.write_image_records(digits[0], digits[1].parents[1])
     with pytest.raises(rec.RecordsError, match="set image_size to 8"):
         image_data.load_image_data("records", 16, data_root=digits[1])
 

@@ -13,7 +13,7 @@ pytest.importorskip("grain")
 
 from ebm_jax.config import ConfigError, load_config  # noqa: E402
 from ebm_jax.data import images as image_data  # noqa: E402
-from ebm_jax.data.records import write_image_records  # noqa: E402
+from ebm_jax.data.records_write import write_image_records  # noqa: E402
 from ebm_jax.recipes import run_experiment  # noqa: E402
 
 CONFIG = Path(__file__).parents[2] / "experiments" / "contrastive" / "moco_linear_eval.py"
