@@ -126,7 +126,9 @@ class StepReader:
     """`batches(s)` for `train.loop.fit` over a `step_batches` dataset, read ahead by a
     grain iterator (threads and a prefetch buffer, `read_options`); a step out of
     sequence (the first call, a resumed run) starts a new iterator at that step.
-    `convert` maps each element to what the train step takes."""
+    `convert` maps each element to what the train step takes. `wait_seconds` sums the
+    time the caller waited for batches (after the first): near 0 when reading keeps up
+    with training."""
 
     def __init__(self, dataset, *, convert=None, read_options=None):
         import grain
@@ -135,12 +137,35 @@ class StepReader:
         self.read_options = read_options or grain.ReadOptions(num_threads=2,
                                                               prefetch_buffer_size=4)
         self._it, self._next = None, None
+        self.wait_seconds, self.batches_read = 0.0, 0
 
     def __call__(self, step: int):
-        if self._it is None or step != self._next:
+        import time
+
+        started = self._it is None or step != self._next
+        if started:
             self._it = iter(self.dataset[int(step):].to_iter_dataset(self.read_options))
         self._next = int(step) + 1
-        return self.convert(next(self._it))
+        t0 = time.perf_counter()
+        batch = next(self._it)
+        if not started:  # a new iterator's first batch is read at once, not ahead
+            self.wait_seconds += time.perf_counter() - t0
+        self.batches_read += 1
+        return self.convert(batch)
+
+
+def stream_steps(batches, num_steps: int, *, read_options=None) -> StepReader:
+    """A pure step-batch function `batches(step) -> dict` (the tracking pair samplers:
+    a batch is a function of (seed, step) alone) as a grain dataset of `num_steps`
+    elements read ahead on threads: the same batches, cut while the previous steps
+    train. Attributes of `batches` (e.g. `num_sequences`) stay readable."""
+    import grain
+
+    reader = StepReader(grain.MapDataset.range(int(num_steps)).map(batches),
+                        read_options=read_options)
+    for name, value in vars(batches).items():
+        setattr(reader, name, value)
+    return reader
 
 
 def image_batches(data, *, batch_size: int, seed: int, num_steps: int,
@@ -186,4 +211,5 @@ __all__ = [
     "image_batches",
     "read_rows",
     "step_batches",
+    "stream_steps",
 ]

@@ -26,8 +26,9 @@ Kinds and features:
   the recipe draws its splits), {image: uint8 (H, W, 3), image_id: int64,
   boxes / noisy_boxes: float32 (N, 4) x, y, w, h in the image's pixels,
   category: int64 (N,)}.
-- "tracking" (SoCL, Wu & Chan): split "train", one example per frame, sequences one after
-  another, {frame: uint8 (H, W, 3), sequence: int64 (index into metadata "sequences"),
+- "tracking" (the tracking experiments): split "train", one example per frame, sequences
+  one after another, {frame_file: uint8 (n,) the frame's JPEG/PNG file as stored,
+  sequence: int64 (index into metadata "sequences": name, size, annotations),
   frame_index: int64, box: float32 (4,) (NaN where none), absent: bool, point /
   noisy_point: float32 (2,) (NaN where none)}.
 """
@@ -89,13 +90,15 @@ def _builder_class(kind: str):
             super().__init__(data_dir=data_dir, file_format="array_record")
 
         def _info(self):
-            # frames of varying size (two unknown dimensions) are stored as raw bytes
+            # frames of varying size (two unknown dimensions) and byte strings (uint8
+            # of unknown length: an image file) are stored as raw bytes
             spec = {k: tfds.features.Tensor(
                         shape=shape, dtype=dtype,
-                        encoding="bytes" if sum(d is None for d in shape) > 1 else "none")
+                        encoding="bytes" if sum(d is None for d in shape) > 1 or (
+                            dtype == np.uint8 and None in shape) else "none")
                     for k, (shape, dtype) in self._features.items()}
             return _Info(
-                builder=self, description=f"ebm_jax {kind} records ({self._meta})",
+                builder=self, description=f"ebm_jax {kind} records",
                 features=tfds.features.FeaturesDict(spec),
                 metadata=tfds.core.MetadataDict(self._meta), disable_shuffling=True)
 

@@ -135,8 +135,14 @@ def write_detection_records(annotations, image_dir, out, *,
 
 def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -> Path:
     """Tracking `Sequence`s (`data.sequences.read_got10k` / `read_otb`, e.g. of the
-    generated benchmark): one example per frame, each sequence's frames in order;
-    `metadata` (e.g. the root read) is stored beside them."""
+    generated benchmark): one example per frame, each sequence's frames in order, the
+    frame as its file's bytes (the JPEG or PNG as it lies on disk, so a frame decodes
+    to the very pixels `Sequence.read_frame` gives); each sequence's name, size and
+    annotations (float64, as read) in the metadata "sequences" (what
+    `data.tracking_records.read_tracking_records` rebuilds the sequences from);
+    `metadata` (e.g. the generator's identity) is stored beside them."""
+    from ebm_jax.data.tracking_records import FORMAT, sequence_metadata
+
     sequences = list(sequences)
     if not sequences:
         raise ValueError("sequences is empty")
@@ -151,18 +157,16 @@ def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -
             boxes, points = seq.boxes.astype(np.float32), nan_or(seq.points, n, 2)
             noisy = nan_or(seq.noisy_points, n, 2)
             for i in range(n):
-                yield {"frame": seq.read_frame(i), "sequence": np.int64(s),
-                       "frame_index": np.int64(i), "box": boxes[i],
-                       "absent": np.bool_(seq.absent[i]), "point": points[i],
-                       "noisy_point": noisy[i]}
+                yield {"frame_file": np.frombuffer(seq.frame_bytes(i), np.uint8),
+                       "sequence": np.int64(s), "frame_index": np.int64(i),
+                       "box": boxes[i], "absent": np.bool_(seq.absent[i]),
+                       "point": points[i], "noisy_point": noisy[i]}
 
-    features = {"frame": ((None, None, 3), np.uint8), "sequence": ((), np.int64),
+    features = {"frame_file": ((None,), np.uint8), "sequence": ((), np.int64),
                 "frame_index": ((), np.int64), "box": ((4,), np.float32),
                 "absent": ((), np.bool_), "point": ((2,), np.float32),
                 "noisy_point": ((2,), np.float32)}
-    meta = {"sequences": [s.name for s in sequences],
-            "lengths": [len(s) for s in sequences],
-            "image_sizes": [list(s.image_size) for s in sequences],
+    meta = {"format": FORMAT, "sequences": [sequence_metadata(s) for s in sequences],
             **dict(metadata or {})}
     return _write("tracking", out, features, {"train": rows}, meta)
 

@@ -94,20 +94,38 @@ class Sequence:
             raise SequenceError(f"every must be an integer >= 1, got {every!r}")
         return np.arange(0, len(self), int(every))
 
-    def read_frame(self, i: int) -> np.ndarray:
-        """Frame `i` (0-based) as uint8 (H, W, 3) RGB; greyscale frames get 3 channels."""
+    def _checked_index(self, i) -> int:
         if isinstance(i, bool) or int(i) != i or not 0 <= i < len(self):
             raise SequenceError(f"sequence {self.name!r}: frame index must be an integer "
                                 f"in [0, {len(self) - 1}], got {i!r}")
-        path = self.frames[int(i)]
+        return int(i)
+
+    def frame_bytes(self, i: int) -> bytes:
+        """Frame `i`'s file as it is stored (its JPEG or PNG bytes)."""
+        path = self.frames[self._checked_index(i)]
         try:
-            with Image.open(path) as image:
+            return Path(path).read_bytes()
+        except OSError as error:
+            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({path}): "
+                                f"cannot read the file ({error.strerror or error})"
+                                ) from None
+
+    def read_frame(self, i: int) -> np.ndarray:
+        """Frame `i` (0-based) as uint8 (H, W, 3) RGB; greyscale frames get 3 channels."""
+        path = self.frames[self._checked_index(i)]
+        return self._decode(path, i, path)
+
+    def _decode(self, file, i: int, where: str) -> np.ndarray:
+        """The image `file` (a path or a binary file object) of frame `i` as RGB, its
+        size checked against the sequence's; `where` names it in errors."""
+        try:
+            with Image.open(file) as image:
                 pixels = np.asarray(image.convert("RGB"))
         except Exception as error:  # PIL raises many types on corrupt files
-            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({path}): "
+            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({where}): "
                                 f"cannot decode the image ({error})") from error
         if pixels.shape[:2] != tuple(self.image_size):
-            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({path}): "
+            raise SequenceError(f"sequence {self.name!r}, frame {int(i) + 1} ({where}): "
                                 f"image is {pixels.shape[0]}x{pixels.shape[1]} (HxW), the "
                                 f"sequence's frames are {self.image_size[0]}x"
                                 f"{self.image_size[1]}")

@@ -184,16 +184,32 @@ def _holds_spec(dest: Path, identity: dict) -> bool:
         return False
 
 
-def generate_tracking_split(dest, spec: TrackingSpec, *, progress: bool = True) -> Path:
+def _write_one(tmp: str, name: str, spec: TrackingSpec, index: int) -> None:
+    """One sequence, planned and written (a worker process's task)."""
+    _write_sequence(Path(tmp) / name, plan_sequence(spec, index), spec, index)
+
+
+def _default_workers() -> int:
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
+
+
+def generate_tracking_split(dest, spec: TrackingSpec, *, progress: bool = True,
+                            workers: int | None = None) -> Path:
     """Writes the split into the directory `dest` (layout in the module docstring) and
     returns it. Atomic: written into a sibling temporary directory renamed into place,
     so a stopped generation leaves nothing at `dest`. An existing `dest` with the same
     spec.json is returned as it is; one with another spec (or other content) raises
-    ValueError naming it."""
+    ValueError naming it. `workers` processes (default: the CPUs this process may use,
+    at most 8) write sequences in parallel; every sequence's draws depend on its index
+    alone, so the files are the same for any number of workers."""
     from tqdm.auto import tqdm
 
     if not isinstance(spec, TrackingSpec):
         raise TypeError(f"spec must be a TrackingSpec, got {type(spec).__name__}")
+    workers = _default_workers() if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     dest = Path(dest).expanduser()
     identity = json.loads(json.dumps(spec_identity(spec)))
 
@@ -212,9 +228,29 @@ def generate_tracking_split(dest, spec: TrackingSpec, *, progress: bool = True) 
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial"))
     try:
         names = [sequence_name(spec, i) for i in range(spec.num_sequences)]
-        for i in tqdm(range(spec.num_sequences), desc=f"tracking {spec.split}", unit="seq",
-                      disable=not progress):
-            _write_sequence(tmp / names[i], plan_sequence(spec, i), spec, i)
+        bar = tqdm(total=spec.num_sequences, desc=f"tracking {spec.split}", unit="seq",
+                   disable=not progress)
+        if workers == 1 or spec.num_sequences < 4:
+            for i in range(spec.num_sequences):
+                _write_one(str(tmp), names[i], spec, i)
+                bar.update()
+        else:  # spawned workers: the caller may hold threads (JAX) that fork would copy
+            import concurrent.futures
+            import multiprocessing
+
+            with concurrent.futures.ProcessPoolExecutor(
+                    min(workers, spec.num_sequences),
+                    mp_context=multiprocessing.get_context("spawn")) as pool:
+                jobs = [pool.submit(_write_one, str(tmp), names[i], spec, i)
+                        for i in range(spec.num_sequences)]
+                try:
+                    for done in concurrent.futures.as_completed(jobs):
+                        done.result()
+                        bar.update()
+                except BaseException:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
+        bar.close()
         (tmp / "list.txt").write_text(_lines(names))
         (tmp / "spec.json").write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
         umask = os.umask(0)

@@ -27,6 +27,7 @@ import optax
 from flax import nnx
 
 from ebm_jax.data.box_head_pairs import jittered_pair_batches
+from ebm_jax.data.pipeline import stream_steps
 from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.models.box_head import BoxEnergyHead, BoxHeadNet
 from ebm_jax.recipes.tracking_stages import timed_runner
@@ -114,7 +115,8 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
                                          trainable=trainable)
     step = make_train_step(graphdef, make_box_head_loss(settings, siamfc), opt, ctx.mesh,
                            trainable=trainable)
-    batches = box_head_batches(sequences, settings, siamfc, seed=ctx.seed_of(name, "pairs"))
+    batches = stream_steps(box_head_batches(sequences, settings, siamfc,
+                                            seed=ctx.seed_of(name, "pairs")), settings.steps)
     ctx.log(f"stage {name}: {settings.steps} steps of {settings.batch_size} pairs "
             f"({settings.method}, M = {settings.num_samples}, "
             f"{'joint' if joint else 'frozen backbone'}) from {batches.num_sequences} "

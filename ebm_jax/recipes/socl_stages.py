@@ -209,6 +209,7 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
     weights and sees the same batch order (paired comparisons)."""
     import optax
 
+    from ebm_jax.data.pipeline import stream_steps
     from ebm_jax.data.socl_pairs import context_batches
     from ebm_jax.recipes.tracking_stages import backbone_identity, build_model
     from ebm_jax.tracking.socl_siam import make_socl_siam_loss
@@ -240,6 +241,7 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                               shift_jitter=cfg.shift_jitter, scale_jitter=cfg.scale_jitter,
                               temperature=cfg.top_temperature,
                               embedding_grid=model.embedding_grid)
+    batches = stream_steps(batches, cfg.socl_steps)
     ctx.log(f"stage {name} ({label}): {cfg.socl_steps} steps of {cfg.videos} videos x "
             f"2 frames from {batches.num_sequences} sequences ({batches.num_frames} frames "
             "with TOP maps)")

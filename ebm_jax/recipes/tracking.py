@@ -61,6 +61,11 @@ class Config:
 
     train_data: str = "generated"  # "generated", or "got10k" (needs got10k_root)
     data_root: str | None = None  # where the generated benchmark goes (default <workdir>/data)
+    # how the generated splits are stored and read: "records" (ArrayRecord, written
+    # once, pairs streamed through grain; `ebm_jax.data.tracking_records`) or "folders"
+    # (GOT-10k folders of JPEG frames). Both give the same frames and annotations, so
+    # the same batches: not part of any stage's identity
+    data_format: str = "records"
     got10k_root: str | None = None  # a local GOT-10k (train/, val/): val is evaluated
     otb_root: str | None = None  # a local OTB folder: evaluated when given
     num_train_sequences: int = 50
@@ -121,6 +126,7 @@ class Config:
     def __post_init__(self):
         c = Checks(self)
         c.one_of("train_data", ("generated", "got10k"))
+        c.one_of("data_format", ("records", "folders"))
         if type(self) is Config:  # a recipe built on this Config checks its own table
             c.one_of("experiment", tuple(EXPERIMENTS))
         for f in ("num_train_sequences", "num_test_sequences", "steps", "batch_size",

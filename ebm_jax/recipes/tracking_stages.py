@@ -71,6 +71,7 @@ def open_data(cfg, ctx) -> TrackingData:
     every reader check runs here, before any training."""
     from ebm_jax.data.sequences import read_got10k, read_otb
     from ebm_jax.data.tracking import generate_tracking_split, spec_identity
+    from ebm_jax.data.tracking_records import generated_records
     from ebm_jax.io import content_hash
 
     real, identity = {}, {}  # the real sets, read (and checked) before any generation
@@ -90,12 +91,18 @@ def open_data(cfg, ctx) -> TrackingData:
     for split, spec in generated_specs(cfg, ctx).items():
         ident = spec_identity(spec)
         dest = root / f"{split}-{content_hash(ident, 8)}"
-        if ctx.writer:
-            generate_tracking_split(dest, spec, progress=ctx.progress)
-        generated[split] = read_got10k(dest)
+        if cfg.data_format == "records":
+            dest, generated[split] = generated_records(
+                dest.with_name(dest.name + ".records"), spec, progress=ctx.progress,
+                write=ctx.writer)
+        else:
+            if ctx.writer:
+                generate_tracking_split(dest, spec, progress=ctx.progress)
+            generated[split] = read_got10k(dest)
         identity[f"generated-{split}"] = ident
         ctx.log(f"generated {split} split: {len(generated[split])} sequences x "
-                f"{cfg.num_frames} frames of {cfg.frame_width}x{cfg.frame_height} at {dest}")
+                f"{cfg.num_frames} frames of {cfg.frame_width}x{cfg.frame_height} at {dest}"
+                f" ({cfg.data_format})")
     eval_sets = {"generated-test": generated["test"], **real}
     if train is None:
         train, train_identity = generated["train"], identity["generated-train"]
@@ -248,6 +255,7 @@ def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
     of it, or the same frames with other boxes (BCE-Siam's pseudo boxes)."""
     import optax
 
+    from ebm_jax.data.pipeline import stream_steps
     from ebm_jax.data.tracking_pairs import pair_batches
     from ebm_jax.tracking.siamfc_training import make_siamfc_loss
     from ebm_jax.train import create_train_state, make_train_step, merge_model
@@ -271,11 +279,10 @@ def train_box_siam(cfg, ctx, data: TrackingData, seed: int, *, sequences=None,
     graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
     settings, pairs = SIAMFC_TRAINING[cfg.siamfc_training]
     step = make_train_step(graphdef, make_siamfc_loss(settings), opt, ctx.mesh)
-    batches = pair_batches(sequences, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
-                           seed=ctx.seed_of(name, "pairs"),
-                           exemplar_size=settings.exemplar_size,
-                           search_size=settings.search_size, context=settings.context,
-                           **pairs)
+    batches = stream_steps(pair_batches(
+        sequences, batch_size=cfg.batch_size, max_gap=cfg.max_gap,
+        seed=ctx.seed_of(name, "pairs"), exemplar_size=settings.exemplar_size,
+        search_size=settings.search_size, context=settings.context, **pairs), cfg.steps)
     ctx.log(f"stage {name}: {cfg.steps} steps of {cfg.batch_size} pairs from "
             f"{batches.num_sequences} sequences ({batches.num_frames} usable frames)")
     state, figures = stage.run(ctx, state, step, batches)

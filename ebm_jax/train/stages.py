@@ -264,6 +264,12 @@ class TrainStage:
                         stage_dir, self.num_steps).asdict()})
         ctx.current = None
         figures = finished_figures(stage_dir, self.num_steps)
+        waited, read = (getattr(batches, "wait_seconds", None),
+                        getattr(batches, "batches_read", 0))
+        if waited is not None and read > 1:  # batches read ahead (`data.pipeline`)
+            ctx.log(f"stage {self.name}: waited {waited:.1f} s for data over {read} "
+                    f"batches ({100 * waited / max(figures.seconds, 1e-9):.1f}% of "
+                    "the training time)")
         if not ctx.progress:  # no bars: one line per finished stage
             loss = "" if figures.final_loss is None else f", final loss {figures.final_loss:.4g}"
             ctx.log(f"stage {self.name}: {figures.steps} steps, {figures.seconds:.0f} s of "

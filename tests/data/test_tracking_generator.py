@@ -35,11 +35,21 @@ def split(tmp_path_factory):
 
 
 def test_same_spec_gives_byte_identical_files(split, tmp_path):
-    dest, spec = split
-    again = trk.generate_tracking_split(tmp_path / "again", spec, progress=False)
+    dest, spec = split  # the fixture's split: one worker or several, by CPU count
+    again = trk.generate_tracking_split(tmp_path / "again", spec, progress=False,
+                                        workers=1)
     first, second = _files(dest), _files(again)
     assert len(first) == 2 + 2 * (24 + 7)  # list, spec; per sequence 24 frames + 7 files
     assert first == second
+
+
+def test_parallel_workers_write_the_same_files(tmp_path):
+    spec = trk.TrackingSpec("train", **{**SMALL, "num_sequences": 4, "num_frames": 3})
+    one = trk.generate_tracking_split(tmp_path / "one", spec, progress=False, workers=1)
+    two = trk.generate_tracking_split(tmp_path / "two", spec, progress=False, workers=2)
+    assert _files(one) == _files(two) and len(_files(one)) == 2 + 4 * (3 + 7)
+    with pytest.raises(ValueError, match="workers must be an integer >= 1, got 0"):
+        trk.generate_tracking_split(tmp_path / "x", spec, progress=False, workers=0)
 
 
 def test_other_seed_or_split_gives_other_sequences(split, tmp_path):

@@ -1,0 +1,159 @@
+"""Tracking sequences read from ArrayRecord records: the storage of the generated
+training data at scale (thousands of sequences), read by the same pair samplers as a
+GOT-10k folder.
+
+    seqs = read_tracking_records(path)          # [RecordSequence], like read_got10k
+    seqs[0].read_frame(3)                       # decoded from the record, on demand
+    path, seqs = generated_records(root, spec)  # a generated split, written once
+
+A "tracking" records dataset (`records_write.write_tracking_records`) holds one record
+per frame, the frame as its file's bytes (the JPEG the generator wrote), and in its
+metadata each sequence's name, frame size and annotations as `read_got10k` read them
+(float64). A `RecordSequence` is a `Sequence` whose frames are records: it decodes the
+same bytes with the same decoder, so its frames, boxes, labels and points are exactly
+those of the folder it was written from, and every batch a pair sampler cuts from it is
+the batch it cuts from the folder (tests/data/test_tracking_records.py). Only the
+annotations are held in memory; frames are read when a pair needs them.
+
+A generated split's records carry the generator's identity (`tracking.spec_identity`:
+every spec field and the generator's VERSION) in their metadata "generator", checked
+when they are opened, so records of another spec or an older generator are never read
+as this one's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ebm_jax.data.records import RecordsError, open_records
+from ebm_jax.data.sequences import Sequence, SequenceError
+
+FORMAT = 2  # 1: frames stored decoded (uint8 H x W x 3); 2: frames as their file's bytes
+_ANNOTATIONS = ("boxes", "absent", "cover", "visible_ratio", "points", "noisy_points")
+
+
+def _json_column(values):
+    """An annotation array as JSON: nested lists, NaN as null; None stays None."""
+    if values is None:
+        return None
+    a = np.asarray(values)
+    if a.dtype == bool:
+        return a.tolist()
+    if np.issubdtype(a.dtype, np.integer):
+        return a.astype(np.int64).tolist()
+    return np.where(np.isnan(a), None, a.astype(np.float64)).tolist()
+
+
+def sequence_metadata(seq: Sequence) -> dict:
+    """What a records dataset keeps of a sequence besides its frames."""
+    return {"name": seq.name, "length": len(seq), "image_size": list(seq.image_size),
+            **{k: _json_column(getattr(seq, k)) for k in _ANNOTATIONS}}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RecordSequence(Sequence):
+    """A `Sequence` whose frame i is record `first + i` of a records `source`; its
+    `frames` name the records ("<dataset dir>#<record>") for error messages."""
+
+    source: Any = dataclasses.field(default=None, repr=False)
+    first: int = 0
+
+    def frame_bytes(self, i: int) -> bytes:
+        i = self._checked_index(i)
+        record = self.source[self.first + i]
+        if int(record["frame_index"]) != i:
+            raise RecordsError(f"{self.frames[i]}: holds frame {int(record['frame_index'])}"
+                               f" of its sequence where frame {i} of {self.name!r} belongs;"
+                               " write the records again")
+        return np.asarray(record["frame_file"], np.uint8).tobytes()
+
+    def read_frame(self, i: int) -> np.ndarray:
+        data = self.frame_bytes(i)
+        return self._decode(io.BytesIO(data), int(i), self.frames[int(i)])
+
+
+def _differences(found: dict, expected: dict) -> str:
+    keys = sorted(k for k in set(found) | set(expected) if found.get(k) != expected.get(k))
+    shown = ", ".join(f"{k}: {found.get(k)!r} (needed {expected.get(k)!r})"
+                      for k in keys[:4])
+    return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+def read_tracking_records(path, *, generator: dict | None = None) -> list[RecordSequence]:
+    """The sequences of a "tracking" records dataset, frames read on demand. With
+    `generator` (a `spec_identity`), records whose metadata "generator" differs are
+    refused, naming the fields that differ. Records written before frames were stored
+    as files (format 1), or whose metadata disagrees with the records, are refused."""
+    rec = open_records(path, "tracking")
+    where = rec.path
+    if rec.metadata.get("format") != FORMAT:
+        raise RecordsError(f"{where}: tracking records of format "
+                           f"{rec.metadata.get('format', 1)!r}, this version reads format "
+                           f"{FORMAT} (frames stored as their files); write the records "
+                           "again (`ebm-jax records tracking ...`)")
+    if generator is not None:
+        found = rec.metadata.get("generator")
+        if not isinstance(found, dict):
+            raise RecordsError(f"{where}: records without a generator identity, needed "
+                               f"the generated split {generator.get('split')!r}; write "
+                               "them again (delete the folder and rerun)")
+        if found != generator:
+            raise RecordsError(f"{where}: records of another generated split or generator "
+                               f"version ({_differences(found, generator)}); delete the "
+                               "folder and rerun, or give another data_root")
+    source, first, out = rec.source("train"), 0, []
+    for meta in rec.metadata.get("sequences", []):
+        n, name = int(meta["length"]), str(meta["name"])
+        columns = {k: None if meta.get(k) is None else np.array(meta[k], dtype=float)
+                   for k in _ANNOTATIONS}
+        columns["absent"] = np.asarray(meta["absent"], bool)
+        if columns["cover"] is not None:
+            columns["cover"] = columns["cover"].astype(np.int64)
+        try:
+            out.append(RecordSequence(
+                name=name, frames=tuple(f"{where}#{first + i}" for i in range(n)),
+                image_size=tuple(int(v) for v in meta["image_size"]), source=source,
+                first=first, **columns))
+        except SequenceError as error:
+            raise RecordsError(f"{where}: metadata of sequence {name!r} does not fit its "
+                               f"frames ({error}); write the records again") from None
+        first += n
+    if first != rec.splits["train"] or not out:
+        raise RecordsError(f"{where}: the metadata lists {len(out)} sequences of {first} "
+                           f"frames, the records hold {rec.splits['train']} frames; write "
+                           "the records again")
+    return out
+
+
+def generated_records(dest, spec, *, progress: bool = True, write: bool = True
+                      ) -> tuple[Path, list[RecordSequence]]:
+    """The generated split of `spec` as records at `dest` (its tfds dataset
+    directory's parent), written once: the split is generated as GOT-10k folders
+    beside it (`tracking.generate_tracking_split`, kept when it was there already),
+    read and checked by `read_got10k`, written as records (atomically) and the folders
+    it generated removed. Existing records are checked against the spec's identity.
+    `write=False` (a process that is not the writer) only reads."""
+    from ebm_jax.data.records_write import write_tracking_records
+    from ebm_jax.data.sequences import read_got10k
+    from ebm_jax.data.tracking import generate_tracking_split, spec_identity
+
+    dest = Path(dest).expanduser()
+    identity = spec_identity(spec)
+    if write and not any(dest.glob("*/*/dataset_info.json")):
+        folder = dest.with_name(dest.name + ".folders")
+        existed = folder.exists()
+        generate_tracking_split(folder, spec, progress=progress)
+        write_tracking_records(read_got10k(folder), dest, metadata={"generator": identity})
+        if not existed:
+            shutil.rmtree(folder)
+    return dest, read_tracking_records(dest, generator=identity)
+
+
+__all__ = ["FORMAT", "RecordSequence", "generated_records", "read_tracking_records",
+           "sequence_metadata"]
