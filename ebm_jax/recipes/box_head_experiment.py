@@ -24,8 +24,21 @@ from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained
 from ebm_jax.recipes.tracking_stages import box_siam_arm
 from ebm_jax.tracking.box_head import BoxHeadSettings
 
-__all__ = ["LOSS_PAIRS", "best_candidate", "box_head_arms", "choose_box_head_arms",
-           "choose_box_head_settings", "coarse_evaluation"]
+__all__ = ["LOSS_PAIRS", "TRACKER_CHOICES", "best_candidate", "box_head_arms",
+           "choose_box_head_arms", "choose_box_head_settings", "choose_tracker_options",
+           "coarse_evaluation"]
+
+# The tracker options compared on the validation split (`tracker_choices`), by tracking
+# AUC, once the refinement's step lengths are chosen: SiamFC's centre and the head's
+# size and centre; the head's size only (SiamFC's centre kept); a refined box taken only
+# where the head prefers it to the coarse one (f(refined) - f(coarse) > 0); the size
+# only, moved half-way (damped, in log space). Values of `BoxHeadSettings`' fields.
+TRACKER_CHOICES = {
+    "centre+size": {},
+    "size-only": {"refine_center": False},
+    "accept-if-f-rises": {"accept_margin": 0.0},
+    "size-only-damped": {"refine_center": False, "size_update": 0.5},
+}
 
 
 def train_box_head_arm(env: stages.TrackingRun, seed: int, used, *,
@@ -127,7 +140,7 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
             for sigmas in sigma_grid:
                 trained = dataclasses.replace(cfg.box_head, method=m, sigmas=sigmas)
                 t = train_box_head_arm(env, seed, used, settings=trained)
-                heads[(m, seed, sigmas)] = t.model
+                heads[(m, seed, sigmas)] = t
                 ctx.log(f"probing {m} s{seed} sigmas {sigmas} on validation "
                         f"({len(grid)} step-length candidates)")
                 probe = probe_box_head(t.model, val, trained, stages.SIAMFC,
@@ -149,7 +162,7 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
         refinement["validation"][m] = [_probe_row(probes[(m, seed, label)], index)
                                        for seed in seeds]
         refinement["test"][m] = [_probe_row(probe_box_head(
-            heads[(m, seed, sigmas)], test, settings, stages.SIAMFC,
+            heads[(m, seed, sigmas)].model, test, settings, stages.SIAMFC,
             seed=ctx.seed_of("probe-test", "pairs"))) for seed in seeds]
     record = {"sequences": [q.name for q in val], "seeds": list(seeds),
               "measure": "mean IoU after refinement (the refinement probe)",
@@ -157,7 +170,60 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
                   "candidate": label, "step_lengths": list(candidates[m][label][0].step_lengths),
                   "sigmas": list(candidates[m][label][0].sigmas)}
                   for m, label in choice.items()}}
-    return {m: candidates[m][label][0] for m, label in choice.items()}, record
+    chosen = {m: candidates[m][label][0] for m, label in choice.items()}
+    if cfg.tracker_choices:
+        chosen, record["tracker"] = choose_tracker_options(
+            env, seeds, chosen, {(m, seed): heads[(m, seed, chosen[m].sigmas)]
+                                 for m in chosen for seed in seeds})
+    return chosen, record
+
+
+def choose_tracker_options(env: stages.TrackingRun, seeds, chosen: dict, heads: dict
+                           ) -> tuple[dict, dict]:
+    """Per method, the tracker option (`tracker_choices`, entries of `TRACKER_CHOICES`)
+    of highest mean tracking AUC over `seeds` on the validation split, with the chosen
+    step lengths and sigmas (`chosen`: {method: settings}; `heads`: {(method, seed):
+    Trained}); the coarse tracker (SiamFC's centre, the previous size) is tracked there
+    too, so that the record says whether refining is worth it on validation at all.
+    Returns ({method: settings}, the record: AUC per option and seed, the choice, and
+    "beats_coarse" per method)."""
+    cfg, ctx = env.cfg, env.ctx
+    val, val_id = stages.validation_split(env.data, cfg)
+    auc = {m: {} for m in chosen}
+    coarse = []
+    for seed in seeds:
+        for m, settings in chosen.items():
+            t = heads[(m, seed)]
+            if m == next(iter(chosen)) or cfg.box_head_joint:
+                model = (t.identity["trained"] if cfg.box_head_joint
+                         else t.identity["trained"]["backbone"])
+                ident = {"model": model, "set": val_id, "refine": False,
+                         "tracking": stages.SIAMFC.identity()}
+                recs = stages.evaluate(
+                    ctx, f"coarse-s{seed}", ident, "validation", val,
+                    box_head_runner(t.model, settings, refine=False),
+                    progress_desc=f"coarse s{seed} on validation")
+                if m == next(iter(chosen)):
+                    coarse.append(stages.scores(recs, val)["auc"])
+            for label in cfg.tracker_choices:
+                option = dataclasses.replace(settings, **TRACKER_CHOICES[label])
+                ident = {**t.identity, "set": val_id, "tracking": option.identity()}
+                recs = stages.evaluate(ctx, f"box-head-s{seed}", ident, "validation", val,
+                                       box_head_runner(t.model, option),
+                                       progress_desc=f"{m} ({label}) s{seed} on "
+                                                     "validation")
+                auc[m].setdefault(label, []).append(stages.scores(recs, val)["auc"])
+    choice = {m: best_candidate(auc[m]) for m in chosen}
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    for m, label in choice.items():
+        ctx.log(f"validation: {m} tracks with {label} (AUC {100 * mean(auc[m][label]):.1f}"
+                f"; coarse {100 * mean(coarse):.1f})")
+    record = {"measure": "tracking AUC on the validation split", "auc": auc,
+              "coarse_auc": coarse, "choice": choice,
+              "beats_coarse": {m: mean(auc[m][label]) > mean(coarse)
+                               for m, label in choice.items()}}
+    return ({m: dataclasses.replace(chosen[m], **TRACKER_CHOICES[label])
+             for m, label in choice.items()}, record)
 
 
 def coarse_evaluation(env: stages.TrackingRun, arms, res, eval_sets) -> None:

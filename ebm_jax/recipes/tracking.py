@@ -38,11 +38,13 @@ from ebm_jax.config import Checks, ConfigError
 from ebm_jax.models.tracking_backbones import BACKBONES, backbone_title
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.backbone_pretraining import MoCoPretraining
-from ebm_jax.recipes.box_head_experiment import (box_head_arms, choose_box_head_arms,
+from ebm_jax.recipes.box_head_experiment import (TRACKER_CHOICES, box_head_arms,
+                                                 choose_box_head_arms,
                                                  coarse_evaluation)
 from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
 from ebm_jax.recipes.tracking_stages import TrackingRun, box_siam_arm, training_split
 from ebm_jax.report import Report
+from ebm_jax.report import box_head as box_head_report
 from ebm_jax.report import tracking as report
 from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
                                        sequence_difference)
@@ -122,6 +124,10 @@ class Config:
     validation_sequences: int = 0
     step_scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     sigma_grid: tuple[tuple[float, ...], ...] = ()
+    # the tracker options compared on the validation split by tracking AUC, once the
+    # step lengths are chosen (`box_head_experiment.TRACKER_CHOICES`); () keeps
+    # box_head's own
+    tracker_choices: tuple[str, ...] = tuple(TRACKER_CHOICES)
 
     def __post_init__(self):
         c = Checks(self)
@@ -197,6 +203,11 @@ class Config:
                 and math.isfinite(x) and x > 0 for x in self.step_scales):
             raise ConfigError(f"--config.step_scales must be one or more numbers > 0, got "
                               f"{self.step_scales!r}")
+        if self.tracker_choices:
+            c.each_in("tracker_choices", tuple(TRACKER_CHOICES))
+        if len(set(self.tracker_choices)) != len(self.tracker_choices):
+            raise ConfigError(f"--config.tracker_choices must be distinct, got "
+                              f"{self.tracker_choices!r}")
         for sigmas in self.sigma_grid:
             if not sigmas or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                      and math.isfinite(x) and x > 0 for x in sigmas):
@@ -352,10 +363,9 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
                  f"SiamFC's scale search; {len(data.train) - cfg.validation_sequences} "
                  f"training + {cfg.validation_sequences} validation sequences; seeds "
                  f"{list(cfg.seeds)}")
-        markdown = report.box_head_markdown(summary, pairs, validation,
-                                            title=title, seeds=cfg.seeds,
-                                            reference=cfg.reference,
-                                            reference_note=cfg.reference_note)
+        markdown = box_head_report.box_head_markdown(
+            summary, pairs, validation, title=title, seeds=cfg.seeds,
+            reference=cfg.reference, reference_note=cfg.reference_note)
         figures["generated-test_auc.png"] = functools.partial(
             report.auc_dots_figure, results["generated-test"], "generated-test")
         markdown += "\n![AUC per arm, seeds as dots](generated-test_auc.png)\n"

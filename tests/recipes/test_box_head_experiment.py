@@ -16,6 +16,7 @@ from ebm_jax.recipes import run_experiment
 from ebm_jax.recipes import tracking as recipe
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.tracking_arms import pairs_of, training_order
+from ebm_jax.report import box_head as box_head_report
 from ebm_jax.report import tracking as report
 
 ROOT = Path(__file__).parents[2]
@@ -97,7 +98,7 @@ def test_verdicts_only_beyond_two_standard_errors():
             "box-head-nce vs box-head-kld-is": _paired(-0.05, 0.01, 0.02),
             "box-head-ml-is vs box-siam": _paired(0.05, None, 0.01)}
     pairs = [tuple(k.split(" vs ")) for k in rows]
-    lines = report.box_head_verdicts(rows, pairs)
+    lines = box_head_report.box_head_verdicts(rows, pairs)
     assert "above SiamFC's scale search (Box-Siam) by 10.0 AUC points" in lines[0]
     assert "not separated" in lines[1]  # 5 points, but the sequences' se is 3
     assert "is below box head, KLD-IS by 5.0" in lines[2]
@@ -218,9 +219,9 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
         "choice": {"nce+": {"candidate": "steps x2"}},
         "refinement": {"validation": {"nce+": probe, "nce": flat}}}
     cfg = load_config(f"{CONFIG}:quick")
-    md = report.box_head_markdown(summary, [("box-head-nce+", "box-siam")], validation,
-                                  title="t", seeds=(0, 1, 2), reference=cfg.reference,
-                                  reference_note=cfg.reference_note)
+    md = box_head_report.box_head_markdown(
+        summary, [("box-head-nce+", "box-siam")], validation, title="t", seeds=(0, 1, 2),
+        reference=cfg.reference, reference_note=cfg.reference_note)
     assert "| box head, NCE+ | 50.0 +- 1.0 |" in md
     assert "| steps x1 | 45.0 |" in md and "| steps x2 | 55.0 * |" in md
     assert "| TrackingNet | 78.1 | 77.1 | 78.7 |" in md and "different scale" in md
@@ -235,7 +236,8 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
     assert "+0.0 (1.0)" in md and "does not raise IoU: not worth tracking with" in md
     # one seed: the verdict rests on the spread over its pairs
     one = [dict(probe[0], gain_se_pairs=0.02)]
-    md1 = report.refinement_table({"nce+": one, "nce": [dict(one[0], gain_se_pairs=0.06)]})
+    md1 = box_head_report.refinement_table({"nce+": one,
+                                            "nce": [dict(one[0], gain_se_pairs=0.06)]})
     assert "| +10.0 (2.0) |" in md1 and "raises IoU (beyond 2 se over pairs)" in md1
     assert "| +10.0 (6.0) |" in md1 and "not worth tracking with" in md1
 
@@ -283,8 +285,18 @@ def test_choice_on_the_validation_split_only(monkeypatch):
     monkeypatch.setattr(experiment, "box_siam_arm", lambda env, seed, used: "backbone")
     monkeypatch.setattr(experiment, "train_box_head_arm", fake_head)
     monkeypatch.setattr(experiment, "probe_box_head", fake_probe)
+    options = []
+
+    def fake_options(env, seeds, chosen, heads):
+        options.append((dict(chosen), sorted(heads)))
+        return chosen, {"choice": "recorded"}
+
+    monkeypatch.setattr(experiment, "choose_tracker_options", fake_options)
     chosen, record = experiment.choose_box_head_settings(
         stages.TrackingRun(cfg, Log(), data), cfg.seeds)
+    # then the tracker options, on the chosen step lengths and sigmas' heads
+    assert options == [(chosen, [("kld-is", 0), ("kld-is", 1), ("nce+", 0), ("nce+", 1)])]
+    assert record["tracker"] == {"choice": "recorded"}
     assert len(trained) == 2 * 2 * 2  # seeds x methods x sigmas: heads trained
     val_names = [q.name for q in seqs[-cfg.validation_sequences:]]
     assert probed[:8] == [(val_names, True)] * 8  # every head on validation, first
@@ -303,3 +315,56 @@ def test_choice_on_the_validation_split_only(monkeypatch):
     assert record["refinement"]["validation"]["nce+"][0]["gain_se_pairs"] == 0.02
     assert record["refinement"]["test"]["nce+"][0]["gain_se_pairs"] == 0.01
     assert record["sequences"] == [q.name for q in seqs[-cfg.validation_sequences:]]
+
+
+def test_tracker_options_are_chosen_by_validation_auc(monkeypatch):
+    """choose_tracker_options with tracking replaced by a fake: every option of every
+    method and seed is tracked on the validation split only, the coarse tracker once
+    per seed, the choice is the best mean AUC over seeds, and the record says whether
+    it beats the coarse tracker."""
+    cfg = tiny("--config.seeds=0,1", "--config.box_head_methods=nce+,kld-is",
+               "--config.tracker_choices=centre+size,size-only")
+    seqs = [SimpleNamespace(name=f"train_{i}") for i in range(cfg.num_train_sequences)]
+    data = stages.TrackingData(train=seqs, eval_sets={}, identity={"train": {"t": 1}})
+    tracked = []
+    auc = {("nce+", False): 0.40, ("nce+", True): 0.30, ("kld-is", True): 0.20,
+           ("kld-is", False): 0.10}
+
+    def fake_runner(model, settings, refine=True):
+        return (model, settings.refine_center if refine else None)
+
+    def fake_evaluate(ctx, name, identity, eval_set, sequences, run, *, progress_desc):
+        method, centre = run
+        tracked.append((name, eval_set, [q.name for q in sequences], centre))
+        return [{"auc": 0.35 if centre is None else auc[(method, centre)]}]
+
+    class Log:
+        log = staticmethod(_quiet)
+
+    monkeypatch.setattr(experiment, "box_head_runner", fake_runner)
+    monkeypatch.setattr(stages, "evaluate", fake_evaluate)
+    monkeypatch.setattr(stages, "scores", lambda recs, seqs: {"auc": recs[0]["auc"]})
+    chosen = {m: recipe.dataclasses.replace(cfg.box_head, method=m)
+              for m in ("nce+", "kld-is")}
+    heads = {(m, s): stages.Trained(m, {"trained": {"backbone": {"b": s}, "m": m}})
+             for m in chosen for s in (0, 1)}
+    out, record = experiment.choose_tracker_options(
+        stages.TrackingRun(cfg, Log(), data), (0, 1), chosen, heads)
+    val = [q.name for q in seqs[-cfg.validation_sequences:]]
+    assert {(t[1], tuple(t[2])) for t in tracked} == {("validation", tuple(val))}
+    assert sum(t[3] is None for t in tracked) == 2  # the coarse tracker, once a seed
+    assert len(tracked) == 2 + 2 * 2 * 2  # + seeds x methods x options
+    assert out["nce+"].refine_center is False and out["kld-is"].refine_center is True
+    assert out["nce+"].step_lengths == chosen["nce+"].step_lengths
+    assert record["choice"] == {"nce+": "size-only", "kld-is": "centre+size"}
+    assert record["auc"]["nce+"]["size-only"] == [0.40, 0.40]
+    assert record["beats_coarse"] == {"nce+": True, "kld-is": False}
+    md = box_head_report.tracker_table(record)
+    assert "| size-only | 40.0 * | 10.0 |" in md
+    assert "| coarse (no refinement) | 35.0 | 35.0 |" in md
+    assert "| refined beats coarse | yes | no: not worth tracking with |" in md
+
+
+def test_unknown_tracker_choices_are_refused():
+    with pytest.raises(ConfigError, match="tracker_choices"):
+        tiny("--config.tracker_choices=size-only,centre-only")
