@@ -133,6 +133,31 @@ def write_detection_records(annotations, image_dir, out, *,
     return _write("detection", out, features, {"train": rows}, meta)
 
 
+# the format of "tracking" records (`data.tracking_records` reads format 2 only): 1 held
+# frames decoded (uint8 H x W x 3); 2 holds them as their files' bytes
+TRACKING_FORMAT = 2
+TRACKING_ANNOTATIONS = ("boxes", "absent", "cover", "visible_ratio", "points",
+                        "noisy_points")
+
+
+def _json_column(values):
+    """An annotation array as JSON: nested lists, NaN as null; None stays None."""
+    if values is None:
+        return None
+    a = np.asarray(values)
+    if a.dtype == bool:
+        return a.tolist()
+    if np.issubdtype(a.dtype, np.integer):
+        return a.astype(np.int64).tolist()
+    return np.where(np.isnan(a), None, a.astype(np.float64)).tolist()
+
+
+def sequence_metadata(seq) -> dict:
+    """What a records dataset keeps of a `Sequence` besides its frames."""
+    return {"name": seq.name, "length": len(seq), "image_size": list(seq.image_size),
+            **{k: _json_column(getattr(seq, k)) for k in TRACKING_ANNOTATIONS}}
+
+
 def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -> Path:
     """Tracking `Sequence`s (`data.sequences.read_got10k` / `read_otb`, e.g. of the
     generated benchmark): one example per frame, each sequence's frames in order, the
@@ -141,8 +166,6 @@ def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -
     annotations (float64, as read) in the metadata "sequences" (what
     `data.tracking_records.read_tracking_records` rebuilds the sequences from);
     `metadata` (e.g. the generator's identity) is stored beside them."""
-    from ebm_jax.data.tracking_records import FORMAT, sequence_metadata
-
     sequences = list(sequences)
     if not sequences:
         raise ValueError("sequences is empty")
@@ -166,10 +189,10 @@ def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -
                 "frame_index": ((), np.int64), "box": ((4,), np.float32),
                 "absent": ((), np.bool_), "point": ((2,), np.float32),
                 "noisy_point": ((2,), np.float32)}
-    meta = {"format": FORMAT, "sequences": [sequence_metadata(s) for s in sequences],
+    meta = {"format": TRACKING_FORMAT, "sequences": [sequence_metadata(s) for s in sequences],
             **dict(metadata or {})}
     return _write("tracking", out, features, {"train": rows}, meta)
 
 
-__all__ = ["write_detection_records", "write_image_records", "write_toy1d_records",
-           "write_tracking_records"]
+__all__ = ["TRACKING_ANNOTATIONS", "TRACKING_FORMAT", "sequence_metadata", "write_detection_records",
+           "write_image_records", "write_toy1d_records", "write_tracking_records"]

@@ -32,29 +32,9 @@ from typing import Any
 import numpy as np
 
 from ebm_jax.data.records import RecordsError, open_records
+from ebm_jax.data import records_write
+from ebm_jax.data.records_write import TRACKING_ANNOTATIONS, TRACKING_FORMAT as FORMAT
 from ebm_jax.data.sequences import Sequence, SequenceError
-
-FORMAT = 2  # 1: frames stored decoded (uint8 H x W x 3); 2: frames as their file's bytes
-_ANNOTATIONS = ("boxes", "absent", "cover", "visible_ratio", "points", "noisy_points")
-
-
-def _json_column(values):
-    """An annotation array as JSON: nested lists, NaN as null; None stays None."""
-    if values is None:
-        return None
-    a = np.asarray(values)
-    if a.dtype == bool:
-        return a.tolist()
-    if np.issubdtype(a.dtype, np.integer):
-        return a.astype(np.int64).tolist()
-    return np.where(np.isnan(a), None, a.astype(np.float64)).tolist()
-
-
-def sequence_metadata(seq: Sequence) -> dict:
-    """What a records dataset keeps of a sequence besides its frames."""
-    return {"name": seq.name, "length": len(seq), "image_size": list(seq.image_size),
-            **{k: _json_column(getattr(seq, k)) for k in _ANNOTATIONS}}
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RecordSequence(Sequence):
@@ -111,7 +91,7 @@ def read_tracking_records(path, *, generator: dict | None = None) -> list[Record
     for meta in rec.metadata.get("sequences", []):
         n, name = int(meta["length"]), str(meta["name"])
         columns = {k: None if meta.get(k) is None else np.array(meta[k], dtype=float)
-                   for k in _ANNOTATIONS}
+                   for k in TRACKING_ANNOTATIONS}
         columns["absent"] = np.asarray(meta["absent"], bool)
         if columns["cover"] is not None:
             columns["cover"] = columns["cover"].astype(np.int64)
@@ -139,7 +119,6 @@ def generated_records(dest, spec, *, progress: bool = True, write: bool = True
     read and checked by `read_got10k`, written as records (atomically) and the folders
     it generated removed. Existing records are checked against the spec's identity.
     `write=False` (a process that is not the writer) only reads."""
-    from ebm_jax.data.records_write import write_tracking_records
     from ebm_jax.data.sequences import read_got10k
     from ebm_jax.data.tracking import generate_tracking_split, spec_identity
 
@@ -149,11 +128,11 @@ def generated_records(dest, spec, *, progress: bool = True, write: bool = True
         folder = dest.with_name(dest.name + ".folders")
         existed = folder.exists()
         generate_tracking_split(folder, spec, progress=progress)
-        write_tracking_records(read_got10k(folder), dest, metadata={"generator": identity})
+        records_write.write_tracking_records(read_got10k(folder), dest,
+                                             metadata={"generator": identity})
         if not existed:
             shutil.rmtree(folder)
     return dest, read_tracking_records(dest, generator=identity)
 
 
-__all__ = ["FORMAT", "RecordSequence", "generated_records", "read_tracking_records",
-           "sequence_metadata"]
+__all__ = ["FORMAT", "RecordSequence", "generated_records", "read_tracking_records"]
