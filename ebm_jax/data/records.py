@@ -1,5 +1,6 @@
 """The project's datasets as tensorflow-datasets ArrayRecord datasets, with no
-TensorFlow: the scalable data path (extra `data`: `pip install -e '.[data]'`).
+TensorFlow: the scalable data path, and the tracking experiments' (tensorflow-datasets,
+array-record and grain are dependencies of the package).
 
     path = records_write.write_image_records(image_data, "data/digits16")  # or toy1d,
     records = open_records(path)                                  # detection, tracking
@@ -58,10 +59,10 @@ _WRITE_AGAIN = "write the records again (`ebm-jax records ...`)"
 def _tfds():
     try:
         import tensorflow_datasets as tfds
-    except ImportError as error:  # pragma: no cover - the extra is installed in tests
-        raise ImportError("the ArrayRecord data path needs the `data` extra: "
-                          "pip install -e '.[data]' (tensorflow-datasets, grain, "
-                          "array-record)") from error
+    except ImportError as error:  # pragma: no cover - a dependency of the package
+        raise ImportError("the ArrayRecord data path needs tensorflow-datasets, grain "
+                          "and array-record (dependencies of ebm_jax: pip install -e "
+                          ".)") from error
     return tfds
 
 
