@@ -7,6 +7,7 @@ ArrayRecord dataset under `out`, atomically, with its metadata; read back by
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -158,14 +159,44 @@ def sequence_metadata(seq) -> dict:
             **{k: _json_column(getattr(seq, k)) for k in TRACKING_ANNOTATIONS}}
 
 
-def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -> Path:
+# the most frame bytes one split of tracking records holds: tfds' writer keeps a split in
+# memory up to 1 GB and past that spills it to disk through TensorFlow, which this
+# project does not install; a larger dataset is written as several splits
+SHARD_BYTES = 512 << 20
+
+
+def _file_size(seq, i: int) -> int:
+    try:
+        return os.path.getsize(seq.frames[i])
+    except (OSError, TypeError):  # a frame that is not a file: its bytes
+        return len(seq.frame_bytes(i))
+
+
+def tracking_shards(sequences, shard_bytes: int = SHARD_BYTES) -> list[list[int]]:
+    """The sequences (indices) of each split of tracking records, in order: whole
+    sequences, as many as fit in `shard_bytes` of frame files (at least one each)."""
+    shards, size = [[]], 0
+    for s, seq in enumerate(sequences):
+        n = sum(_file_size(seq, i) for i in range(len(seq)))
+        if shards[-1] and size + n > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(s)
+        size += n
+    return shards
+
+
+def write_tracking_records(sequences, out, *, metadata: Mapping | None = None,
+                           shard_bytes: int = SHARD_BYTES) -> Path:
     """Tracking `Sequence`s (`data.sequences.read_got10k` / `read_otb`, e.g. of the
     generated benchmark): one example per frame, each sequence's frames in order, the
     frame as its file's bytes (the JPEG or PNG as it lies on disk, so a frame decodes
-    to the very pixels `Sequence.read_frame` gives); each sequence's name, size and
-    annotations (float64, as read) in the metadata "sequences" (what
-    `data.tracking_records.read_tracking_records` rebuilds the sequences from);
-    `metadata` (e.g. the generator's identity) is stored beside them."""
+    to the very pixels `Sequence.read_frame` gives); each sequence's name, size,
+    annotations (float64, as read) and place (its split and first record) in the
+    metadata "sequences" (what `data.tracking_records.read_tracking_records` rebuilds
+    the sequences from); `metadata` (e.g. the generator's identity) is stored beside
+    them. Splits "train", "train1", ... each hold whole sequences of at most
+    `shard_bytes` of frames (`tracking_shards`)."""
     sequences = list(sequences)
     if not sequences:
         raise ValueError("sequences is empty")
@@ -174,25 +205,38 @@ def write_tracking_records(sequences, out, *, metadata: Mapping | None = None) -
         return (np.full((n, width), np.nan, np.float32) if a is None
                 else np.asarray(a, np.float32))
 
-    def rows():
-        for s, seq in enumerate(sequences):
-            n = len(seq)
-            boxes, points = seq.boxes.astype(np.float32), nan_or(seq.points, n, 2)
-            noisy = nan_or(seq.noisy_points, n, 2)
-            for i in range(n):
-                yield {"frame_file": np.frombuffer(seq.frame_bytes(i), np.uint8),
-                       "sequence": np.int64(s), "frame_index": np.int64(i),
-                       "box": boxes[i], "absent": np.bool_(seq.absent[i]),
-                       "point": points[i], "noisy_point": noisy[i]}
+    def rows(members):
+        def generate():
+            for s in members:
+                seq = sequences[s]
+                n = len(seq)
+                boxes, points = seq.boxes.astype(np.float32), nan_or(seq.points, n, 2)
+                noisy = nan_or(seq.noisy_points, n, 2)
+                for i in range(n):
+                    yield {"frame_file": np.frombuffer(seq.frame_bytes(i), np.uint8),
+                           "sequence": np.int64(s), "frame_index": np.int64(i),
+                           "box": boxes[i], "absent": np.bool_(seq.absent[i]),
+                           "point": points[i], "noisy_point": noisy[i]}
+        return generate
 
     features = {"frame_file": ((None,), np.uint8), "sequence": ((), np.int64),
                 "frame_index": ((), np.int64), "box": ((4,), np.float32),
                 "absent": ((), np.bool_), "point": ((2,), np.float32),
                 "noisy_point": ((2,), np.float32)}
-    meta = {"format": TRACKING_FORMAT, "sequences": [sequence_metadata(s) for s in sequences],
+    splits, places = {}, {}
+    for k, members in enumerate(tracking_shards(sequences, shard_bytes)):
+        name = "train" if k == 0 else f"train{k}"
+        splits[name], first = rows(members), 0
+        for s in members:
+            places[s] = {"split": name, "first": first}
+            first += len(sequences[s])
+    meta = {"format": TRACKING_FORMAT,
+            "sequences": [{**sequence_metadata(seq), **places[s]}
+                          for s, seq in enumerate(sequences)],
             **dict(metadata or {})}
-    return _write("tracking", out, features, {"train": rows}, meta)
+    return _write("tracking", out, features, splits, meta)
 
 
-__all__ = ["TRACKING_ANNOTATIONS", "TRACKING_FORMAT", "sequence_metadata", "write_detection_records",
-           "write_image_records", "write_toy1d_records", "write_tracking_records"]
+__all__ = ["SHARD_BYTES", "TRACKING_ANNOTATIONS", "TRACKING_FORMAT", "sequence_metadata",
+           "tracking_shards", "write_detection_records", "write_image_records",
+           "write_toy1d_records", "write_tracking_records"]

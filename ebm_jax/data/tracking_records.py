@@ -87,9 +87,16 @@ def read_tracking_records(path, *, generator: dict | None = None) -> list[Record
             raise RecordsError(f"{where}: records of another generated split or generator "
                                f"version ({_differences(found, generator)}); delete the "
                                "folder and rerun, or give another data_root")
-    source, first, out = rec.source("train"), 0, []
+    sources, first, out, total = {}, {}, [], 0
     for meta in rec.metadata.get("sequences", []):
         n, name = int(meta["length"]), str(meta["name"])
+        split = str(meta.get("split", "train"))
+        if split not in rec.splits:
+            raise RecordsError(f"{where}: sequence {name!r} lies in split {split!r}, which "
+                               "the records do not hold; write the records again")
+        if split not in sources:
+            sources[split], first[split] = rec.source(split), 0
+        start = int(meta.get("first", first[split]))
         columns = {k: None if meta.get(k) is None else np.array(meta[k], dtype=float)
                    for k in TRACKING_ANNOTATIONS}
         columns["absent"] = np.asarray(meta["absent"], bool)
@@ -97,17 +104,19 @@ def read_tracking_records(path, *, generator: dict | None = None) -> list[Record
             columns["cover"] = columns["cover"].astype(np.int64)
         try:
             out.append(RecordSequence(
-                name=name, frames=tuple(f"{where}#{first + i}" for i in range(n)),
-                image_size=tuple(int(v) for v in meta["image_size"]), source=source,
-                first=first, **columns))
+                name=name, frames=tuple(f"{where}:{split}#{start + i}" for i in range(n)),
+                image_size=tuple(int(v) for v in meta["image_size"]),
+                source=sources[split], first=start, **columns))
         except SequenceError as error:
             raise RecordsError(f"{where}: metadata of sequence {name!r} does not fit its "
                                f"frames ({error}); write the records again") from None
-        first += n
-    if first != rec.splits["train"] or not out:
-        raise RecordsError(f"{where}: the metadata lists {len(out)} sequences of {first} "
-                           f"frames, the records hold {rec.splits['train']} frames; write "
-                           "the records again")
+        first[split] = start + n
+        total += n
+    if total != sum(rec.splits.values()) or not out or any(
+            first[k] != rec.splits[k] for k in first):
+        raise RecordsError(f"{where}: the metadata lists {len(out)} sequences of {total} "
+                           f"frames, the records hold {sum(rec.splits.values())} frames; "
+                           "write the records again")
     return out
 
 

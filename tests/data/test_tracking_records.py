@@ -136,3 +136,41 @@ def test_a_failed_write_leaves_no_records(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         generated_records(tmp_path / "r", spec, progress=False)
     assert not any((tmp_path / "r").glob("*/*/dataset_info.json"))
+
+
+def test_large_records_are_written_as_several_splits_without_tensorflow(both, tmp_path,
+                                                                       monkeypatch):
+    """tfds' writer keeps a split in memory up to a limit (1 GB) and past it spills
+    through TensorFlow, which is not installed: a 1000-sequence split failed so. Splits
+    of at most `shard_bytes` stay under the limit (here both made small)."""
+    from tensorflow_datasets.core import shuffle
+
+    folders, _, _ = both
+    frame_bytes = [sum(len(s.frame_bytes(i)) for i in range(len(s))) for s in folders]
+    monkeypatch.setattr(shuffle, "MAX_MEM_BUFFER_SIZE", max(frame_bytes) + 4096)
+    with pytest.raises(ModuleNotFoundError, match="tensorflow"):  # one split: spills
+        rw.write_tracking_records(folders, tmp_path / "one", shard_bytes=1 << 40)
+    path = rw.write_tracking_records(folders, tmp_path / "many",
+                                     shard_bytes=max(frame_bytes))
+    back = read_tracking_records(path)
+    assert [s.source is back[0].source for s in back] == [True, False, False]
+    for f, r in zip(folders, back):
+        _same(f.boxes, r.boxes)
+        for i in (0, len(f) - 1):
+            np.testing.assert_array_equal(r.read_frame(i), f.read_frame(i))
+
+
+def test_shards_hold_whole_sequences_in_order():
+    class Seq:
+        def __init__(self, sizes):
+            self.frames, self.sizes = [None] * len(sizes), sizes
+
+        def __len__(self):
+            return len(self.sizes)
+
+        def frame_bytes(self, i):
+            return b"x" * self.sizes[i]
+
+    seqs = [Seq([4, 4]), Seq([3]), Seq([9]), Seq([1, 1])]
+    assert rw.tracking_shards(seqs, 11) == [[0, 1], [2, 3]]  # 8 + 3, 9 + 2 bytes
+    assert rw.tracking_shards(seqs, 1) == [[0], [1], [2], [3]]  # one sequence at least
