@@ -24,6 +24,10 @@ The last layer starts at N(0, 0.001^2) with zero bias (as the detection head), s
 f starts near 0. Widths are arguments; the defaults are CPU-small (ATOM: 256 channels,
 pools 3 (reference) and 5 / 3 (test), hidden 256).
 
+An ATOM-like variant with batch norm, per-level pool sizes and a joint modulation is
+`AtomBoxHead` (`ebm_jax.models.box_head_atom`); both share `BoxHeadLevels` (the
+levels' geometry, checks and pooling).
+
 Coordinates: boxes are xyxy in crop pixels with pixel i's centre at i (the 0-indexed
 continuous convention of `ebm_jax.ops.crops`); a level of stride s and offset o
 (`SiamFCAlexNet.level_geometry`) has its cell j centred at crop pixel o + s j.
@@ -47,15 +51,13 @@ def _int_at_least(name: str, value, low: int) -> int:
     return int(value)
 
 
-class BoxEnergyHead(nnx.Module):
-    """See the module docstring. `in_channels` (one per level), `strides` and
-    `offsets` (the levels' geometry in crop pixels) describe the backbone's levels;
-    `width` the modulated channels, `hidden` each level's FC width."""
+class BoxHeadLevels(nnx.Module):
+    """What every box head shares: the backbone levels it reads (`in_channels`,
+    `strides`, `offsets` per level, set by `_set_levels`), their checks, and PrRoIPool
+    of crop-pixel boxes on a level. A subclass defines the energy."""
 
-    def __init__(self, in_channels: Sequence[int], *, strides: Sequence[int] = (8, 8),
-                 offsets: Sequence[float] = (27.0, 43.0), width: int = 32,
-                 hidden: int = 64, pool_size: int = 3, ref_pool_size: int = 3,
-                 rngs: nnx.Rngs):
+    def _set_levels(self, in_channels: Sequence[int], strides: Sequence[int],
+                    offsets: Sequence[float]) -> None:
         in_channels = tuple(_int_at_least("in_channels", c, 1) for c in in_channels)
         if not in_channels:
             raise ValueError("in_channels must name at least one feature level")
@@ -68,23 +70,6 @@ class BoxEnergyHead(nnx.Module):
         if not all(np.isfinite(self.offsets)):
             raise ValueError(f"offsets must be finite, got {self.offsets}")
         self.in_channels = in_channels
-        width = _int_at_least("width", width, 1)
-        hidden = _int_at_least("hidden", hidden, 1)
-        self.pool_size = _int_at_least("pool_size", pool_size, 1)
-        self.ref_pool_size = _int_at_least("ref_pool_size", ref_pool_size, 1)
-
-        def conv(c):
-            return nnx.Conv(c, width, (3, 3), padding="SAME", rngs=rngs)
-
-        self.ref_convs = nnx.List([conv(c) for c in in_channels])
-        self.test_convs = nnx.List([conv(c) for c in in_channels])
-        self.ref_fcs = nnx.List([nnx.Linear(self.ref_pool_size ** 2 * width, width, rngs=rngs)
-                                 for _ in in_channels])
-        self.test_fcs = nnx.List([nnx.Linear(self.pool_size ** 2 * width, hidden, rngs=rngs)
-                                  for _ in in_channels])
-        self.out = nnx.Linear(hidden * len(in_channels), 1, rngs=rngs,
-                              kernel_init=nnx.initializers.normal(0.001),
-                              bias_init=nnx.initializers.zeros)
 
     # ----------------------------------------------------------------- checks
 
@@ -137,13 +122,47 @@ class BoxEnergyHead(nnx.Module):
                                  f"({cx:g}, {cy:g}) is off level {l}'s map, which covers "
                                  f"[{x0:g}, {x1:g}] x [{y0:g}, {y1:g}]")
 
-    # ----------------------------------------------------------------- the energy
-
     def _pool(self, feat, boxes, l: int, size: int) -> jax.Array:
         """(N, size, size, C) PrRoIPool of crop-pixel xyxy boxes on level l."""
         shifted = boxes - self.offsets[l]
         return prroi_pool(feat, shifted, output_size=size,
                           spatial_scale=1.0 / self.strides[l], aligned=False)
+
+
+class BoxEnergyHead(BoxHeadLevels):
+    """See the module docstring. `in_channels` (one per level), `strides` and
+    `offsets` (the levels' geometry in crop pixels) describe the backbone's levels;
+    `width` the modulated channels, `hidden` each level's FC width."""
+
+    def __init__(self, in_channels: Sequence[int], *, strides: Sequence[int] = (8, 8),
+                 offsets: Sequence[float] = (27.0, 43.0), width: int = 32,
+                 hidden: int = 64, pool_size: int = 3, ref_pool_size: int = 3,
+                 rngs: nnx.Rngs):
+        self._set_levels(in_channels, strides, offsets)
+        in_channels = self.in_channels
+        width = _int_at_least("width", width, 1)
+        hidden = _int_at_least("hidden", hidden, 1)
+        self.pool_size = _int_at_least("pool_size", pool_size, 1)
+        self.ref_pool_size = _int_at_least("ref_pool_size", ref_pool_size, 1)
+
+        def conv(c):
+            return nnx.Conv(c, width, (3, 3), padding="SAME", rngs=rngs)
+
+        self.ref_convs = nnx.List([conv(c) for c in in_channels])
+        self.test_convs = nnx.List([conv(c) for c in in_channels])
+        self.ref_fcs = nnx.List([nnx.Linear(self.ref_pool_size ** 2 * width, width, rngs=rngs)
+                                 for _ in in_channels])
+        self.test_fcs = nnx.List([nnx.Linear(self.pool_size ** 2 * width, hidden, rngs=rngs)
+                                  for _ in in_channels])
+        self.out = nnx.Linear(hidden * len(in_channels), 1, rngs=rngs,
+                              kernel_init=nnx.initializers.normal(0.001),
+                              bias_init=nnx.initializers.zeros)
+
+    def pair_inputs(self, ref_levels, ref_boxes, test_levels) -> tuple:
+        """The energy's inputs of B pairs, as `BoxHeadNet.pair_inputs` hands them on:
+        (ref_levels, ref_boxes, test_levels) as given (this head has no batch-level
+        part)."""
+        return list(ref_levels), ref_boxes, list(test_levels)
 
     def modulation(self, ref_levels: Sequence[jax.Array], ref_box) -> tuple:
         """The target's modulation vectors, one (width,) per level, from the reference
@@ -203,11 +222,14 @@ class BoxHeadNet(nnx.Module):
     the gradient (`stop_gradient`) when `frozen`. The backbone runs in eval mode (its
     batch-norm statistics are not updated), frozen or not; with `frozen`, give the
     optimiser the head's parameters only (`trainable_filter`). `levels`: default the
-    backbone's `box_head_levels`. The backbone and the head
-    are copied, arrays included: a train step that donates the net's state leaves the
-    caller's modules (and their mode) as they were."""
+    backbone's `box_head_levels`. The head (`BoxEnergyHead`, or `AtomBoxHead` of
+    `ebm_jax.models.box_head_atom`) keeps the mode it is given: an `AtomBoxHead` in
+    train mode normalises by its batch and updates its running statistics in
+    `pair_inputs`. The backbone and the head are copied, arrays included: a train step
+    that donates the net's state leaves the caller's modules (and their mode) as they
+    were."""
 
-    def __init__(self, backbone: nnx.Module, head: BoxEnergyHead, *,
+    def __init__(self, backbone: nnx.Module, head: BoxHeadLevels, *,
                  levels: Sequence[int] | None = None, frozen: bool = True):
         levels = backbone.box_head_levels if levels is None else levels
         self.levels_used = tuple(int(lv) for lv in levels)
@@ -222,6 +244,15 @@ class BoxHeadNet(nnx.Module):
         out = self.backbone.features(images, self.levels_used)
         return tuple(jax.lax.stop_gradient(o) for o in out) if self.frozen else out
 
+    def pair_inputs(self, ref: jax.Array, ref_boxes: jax.Array, test: jax.Array):
+        """The head's energy inputs of B pairs of crops, ref and test (B, S, S, 3), and
+        the reference boxes (B, 4) xyxy: `head.pair_inputs` of both crops' `levels`,
+        a pytree of (B, ...) leaves whose row i `head(row_i, boxes)` scores. For a
+        `BoxEnergyHead`, (ref levels, ref_boxes, test levels); for an `AtomBoxHead`,
+        its batch-level part (batch norm over the B pairs in train mode)."""
+        return self.head.pair_inputs(list(self.levels(ref)), ref_boxes,
+                                     list(self.levels(test)))
+
     @property
     def trainable_filter(self):
         """The NNX filter of what the optimiser updates: the head's parameters when
@@ -229,4 +260,4 @@ class BoxHeadNet(nnx.Module):
         return nnx.All(nnx.Param, nnx.PathContains("head")) if self.frozen else nnx.Param
 
 
-__all__ = ["BoxEnergyHead", "BoxHeadNet"]
+__all__ = ["BoxEnergyHead", "BoxHeadLevels", "BoxHeadNet"]

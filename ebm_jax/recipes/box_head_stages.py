@@ -30,6 +30,7 @@ from ebm_jax.data.box_head_pairs import jittered_pair_batches
 from ebm_jax.data.pipeline import stream_steps
 from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.models.box_head import BoxEnergyHead, BoxHeadNet
+from ebm_jax.models.box_head_atom import AtomBoxHead
 from ebm_jax.recipes.tracking_stages import timed_runner
 from ebm_jax.tracking.box_head import BoxHeadSettings, make_box_head_tracker
 from ebm_jax.tracking.box_head_training import make_box_head_loss, training_crops
@@ -52,17 +53,21 @@ class TrainedBoxHead:
 
 
 def build_box_head(backbone, settings: BoxHeadSettings, key,
-                   levels: Sequence[int] | None = None) -> BoxEnergyHead:
-    """A `BoxEnergyHead` for `backbone`'s `levels` (their channels, strides, offsets;
-    default the backbone's `box_head_levels`), of the widths of `settings`, initialised
-    from `key`."""
+                   levels: Sequence[int] | None = None) -> BoxEnergyHead | AtomBoxHead:
+    """The box head of `settings.head` for `backbone`'s `levels` (their channels,
+    strides, offsets; default the backbone's `box_head_levels`), of the widths and
+    pools of `settings`, initialised from `key`: a `BoxEnergyHead` ("simple") or an
+    `AtomBoxHead` ("atom", in train mode: its batch norm learns in training)."""
     levels = backbone.box_head_levels if levels is None else levels
     geometry = backbone.level_geometry(levels)
-    return BoxEnergyHead(backbone.level_channels(levels),
-                         strides=[g[0] for g in geometry], offsets=[g[1] for g in geometry],
-                         width=settings.width, hidden=settings.hidden,
-                         pool_size=settings.pool_size,
-                         ref_pool_size=settings.ref_pool_size, rngs=nnx.Rngs(key))
+    common = dict(strides=[g[0] for g in geometry], offsets=[g[1] for g in geometry],
+                  width=settings.width, hidden=settings.hidden, rngs=nnx.Rngs(key))
+    if settings.head == "atom":
+        return AtomBoxHead(backbone.level_channels(levels),
+                           pool_sizes=settings.atom_pool_sizes,
+                           ref_pool_sizes=settings.atom_ref_pool_sizes, **common)
+    return BoxEnergyHead(backbone.level_channels(levels), pool_size=settings.pool_size,
+                         ref_pool_size=settings.ref_pool_size, **common)
 
 
 def box_head_batches(sequences, settings: BoxHeadSettings, siamfc: SiamFCSettings, *,

@@ -33,6 +33,7 @@ import numpy as np
 from flax import nnx
 
 from ebm_jax.energy.boxes import ascend_boxes
+from ebm_jax.models.box_head_atom import ATOM_POOL_SIZES, ATOM_REF_POOL_SIZES
 from ebm_jax.ops.boxes import decode_relative, encode_relative
 from ebm_jax.ops.jitter import CropJitter
 from ebm_jax.ops.crops import (
@@ -56,6 +57,11 @@ PROCESSINGS = ("siamfc", "prdimp")
 # centre kept), a refined box is taken only where f(refined) - f(coarse) exceeds a
 # margin, the size moves by a damped step
 TRACKER_OPTIONS = ("refine_center", "accept_margin", "size_update")
+# the box heads (`build_box_head`): "simple" `BoxEnergyHead`, "atom" `AtomBoxHead`
+# (ATOM's IoU predictor: batch norm, pools per level, a joint modulation)
+HEADS = ("simple", "atom")
+# the fields of the "atom" head, recorded in identities only where it is used
+ATOM_FIELDS = ("head", "atom_pool_sizes", "atom_ref_pool_sizes")
 PRDIMP_FIELDS = ("processing", "search_area_factor", "center_jitter_factors",
                  "scale_jitter_factors", "brightness_jitter", "grayscale_prob", "blur_prob")
 
@@ -80,7 +86,11 @@ class BoxHeadSettings:
     (`ebm_jax.data.box_head_pairs`), then the brightness scaled by U[1 -
     brightness_jitter, 1 + brightness_jitter] per crop, both crops of a pair made grey
     with `grayscale_prob` and each blurred with `blur_prob` (sigma U[0.1, 2] px).
-    Head (`BoxEnergyHead`): `width`, `hidden`, `pool_size`, `ref_pool_size`.
+    Head: `head` "simple" (`BoxEnergyHead`: `width`, `hidden`, `pool_size`,
+    `ref_pool_size`) or "atom" (`AtomBoxHead`, ATOM's IoU predictor, Danelljan et al.
+    2019, sec. 3.1: conv blocks with batch norm, `width`, `hidden`, the test pools
+    `atom_pool_sizes` and the reference pools `atom_ref_pool_sizes`, one per level,
+    ATOM's (5, 3) and (3, 1)).
     Refinement: the coarse estimate plus `num_candidates - 1` copies jittered by
     (U - 0.5) x (jitter_center, jitter_center, jitter_size, jitter_size) in the relative
     space (PrDiMP's box_jitter_pos 0.1 and box_jitter_sz 0.5, there relative to
@@ -115,6 +125,9 @@ class BoxHeadSettings:
     hidden: int = 64
     pool_size: int = 3
     ref_pool_size: int = 3
+    head: str = "simple"
+    atom_pool_sizes: tuple[int, ...] = ATOM_POOL_SIZES
+    atom_ref_pool_sizes: tuple[int, ...] = ATOM_REF_POOL_SIZES
     num_candidates: int = 10
     refine_steps: int = 10
     step_lengths: tuple[float, ...] = (2.5e-3, 2.5e-3, 2.5e-3, 2.5e-3)
@@ -151,6 +164,18 @@ class BoxHeadSettings:
                     0 <= v <= high) or (name == "brightness_jitter" and v >= 1):
                 raise ValueError(f"BoxHeadSettings.{name} must be a number in [0, 1"
                                  f"{')' if name == 'brightness_jitter' else ']'}, got {v!r}")
+        if self.head not in HEADS:
+            raise ValueError(f"BoxHeadSettings.head must be one of {HEADS}, got "
+                             f"{self.head!r}")
+        for name in ("atom_pool_sizes", "atom_ref_pool_sizes"):
+            sizes = getattr(self, name)
+            values = tuple(sizes) if isinstance(sizes, (tuple, list)) else ()
+            if not values or not all(isinstance(v, (int, np.integer))
+                                     and not isinstance(v, bool) and v >= 1
+                                     for v in values):
+                raise ValueError(f"BoxHeadSettings.{name} must be one or more integers "
+                                 f">= 1 (one per feature level), got {sizes!r}")
+            object.__setattr__(self, name, tuple(int(v) for v in values))
         if self.method not in TRACKING_METHODS:
             raise ValueError(f"BoxHeadSettings.method must be one of {TRACKING_METHODS}, "
                              f"got {self.method!r}")
@@ -221,12 +246,16 @@ class BoxHeadSettings:
 
     def identity(self) -> dict:
         """The settings an identity records (a tracker's evaluation): every field, but
-        the PrDiMP processing's only where it is used and the tracker's options only
-        where they differ from their defaults, so that stages and evaluations of the
-        settings before these fields existed keep their identity."""
+        the PrDiMP processing's and the ATOM head's only where they are used and the
+        tracker's options only where they differ from their defaults, so that stages
+        and evaluations of the settings before these fields existed keep their
+        identity."""
         out = dataclasses.asdict(self)
         if self.processing == "siamfc":
             for name in PRDIMP_FIELDS:
+                out.pop(name)
+        if self.head == "simple":
+            for name in ATOM_FIELDS:
                 out.pop(name)
         for name in TRACKER_OPTIONS:
             if out[name] == getattr(BoxHeadSettings, name):
@@ -409,5 +438,5 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     return Tracker(checked_init, update), (state_b, state_h)
 
 
-__all__ = ["PROCESSINGS", "TRACKING_METHODS", "BoxHeadSettings", "BoxHeadState",
-           "crop_box", "frame_box", "make_box_head_tracker"]
+__all__ = ["ATOM_FIELDS", "HEADS", "PROCESSINGS", "TRACKING_METHODS", "BoxHeadSettings",
+           "BoxHeadState", "crop_box", "frame_box", "make_box_head_tracker"]

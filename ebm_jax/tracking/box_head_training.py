@@ -122,7 +122,7 @@ def make_box_head_loss(settings: BoxHeadSettings,
     def loss_fn(net, batch, key):
         ref, ref_boxes, test, test_boxes = training_crops(
             jax.random.fold_in(key, _CROPS), batch, settings, siamfc)
-        inputs = (list(net.levels(ref)), ref_boxes, list(net.levels(test)))
+        inputs = net.pair_inputs(ref, ref_boxes, test)
         value, metrics = box_loss(net.head, (inputs, test_boxes),
                                   jax.random.fold_in(key, _LOSS))
         f_target = jax.vmap(lambda x, b: net.head(x, b[None])[0])(inputs, test_boxes)

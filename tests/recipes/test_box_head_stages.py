@@ -1,7 +1,8 @@
 """The box head's training stage on a tiny generated split: a few steps change the
 head (finite losses) and leave a frozen backbone as it was, `joint` trains both, an
 interrupted stage resumes to bit-identical parameters, and the stage's identity holds
-the backbone's identity and every setting."""
+the backbone's identity and every setting; the ATOM-like head (`head="atom"`) from the
+settings and the experiment's config."""
 
 import dataclasses
 
@@ -70,10 +71,11 @@ def test_training_changes_the_head_only_and_stays_finite(trained, backbone):
     assert trained.name == "box-head-nce+-s0"
     ident = trained.identity
     assert ident["backbone"] == {"box-siam": "s0"} and ident["joint"] is False
-    # the SiamFC processing records the fields it had before the PrDiMP processing
-    from ebm_jax.tracking.box_head import PRDIMP_FIELDS, TRACKER_OPTIONS
+    # the SiamFC processing and the simple head record the fields they had before the
+    # PrDiMP processing and the ATOM head
+    from ebm_jax.tracking.box_head import ATOM_FIELDS, PRDIMP_FIELDS, TRACKER_OPTIONS
     assert ident["settings"] == {k: v for k, v in dataclasses.asdict(SETTINGS).items()
-                                 if k not in PRDIMP_FIELDS + TRACKER_OPTIONS}
+                                 if k not in PRDIMP_FIELDS + TRACKER_OPTIONS + ATOM_FIELDS}
 
 
 @pytest.mark.slow
@@ -135,6 +137,12 @@ def test_identity_holds_the_backbone_and_every_setting(tmp_path, split, backbone
         for field, value in (("beta", 0.2), ("sigmas", (0.05, 0.4)), ("lr", 2e-3),
                              ("step_lengths", (1e-3,)), ("center_jitter", 0.3)):
             assert stage(dataclasses.replace(SETTINGS, **{field: value})) != base, field
+        # the ATOM head's fields count only where it is used
+        assert stage(dataclasses.replace(SETTINGS, atom_pool_sizes=(4, 3))) == base
+        atom = stage(dataclasses.replace(SETTINGS, head="atom"))
+        assert atom != base
+        assert stage(dataclasses.replace(SETTINGS, head="atom",
+                                         atom_pool_sizes=(4, 3))) != atom
         with pytest.raises(TypeError, match="settings must be a BoxHeadSettings"):
             stage(settings={"method": "nce"})
 
@@ -183,3 +191,84 @@ def test_a_trained_head_refines_jittered_boxes_towards_the_target(tmp_path, back
         gain.append(float(f[0] - f0[0]))
     assert min(gain) >= 0.0 and np.mean(gain) > 0.0
     assert np.mean(after) > np.mean(before) + 0.02
+
+
+# ----------------------------------------------------------------- the ATOM-like head
+
+
+def test_settings_and_config_select_the_atom_head(backbone):
+    """`--config.box_head.head=atom` (and its pools) reach the settings of the box-head
+    experiment's config; `build_box_head` then builds an `AtomBoxHead` with them on the
+    backbone's levels; bad values are refused by name."""
+    from pathlib import Path
+
+    from ebm_jax.config import ConfigError, load_config
+    from ebm_jax.models.box_head import BoxEnergyHead
+    from ebm_jax.models.box_head_atom import AtomBoxHead
+    from ebm_jax.tracking.box_head import ATOM_FIELDS
+
+    config = (Path(__file__).parents[2] / "experiments" / "tracking"
+              / "ebm_table4_box_head.py")
+    cfg = load_config(f"{config}:tiny", ["box_head.head=atom",
+                                         "box_head.atom_pool_sizes=4,2"])
+    settings = cfg.box_head
+    assert settings.head == "atom" and settings.atom_pool_sizes == (4, 2)
+    assert settings.atom_ref_pool_sizes == (3, 1)  # ATOM's, by default
+    head = box_head_stages.build_box_head(backbone, settings, jax.random.key(0))
+    assert isinstance(head, AtomBoxHead) and head.training
+    assert head.pool_sizes == (4, 2) and head.ref_pool_sizes == (3, 1)
+    assert head.strides == (8, 8) and head.offsets == (27.0, 43.0)
+    assert isinstance(box_head_stages.build_box_head(backbone, SETTINGS, jax.random.key(0)),
+                      BoxEnergyHead)
+    # the simple head's identity is the one it had before the ATOM head's fields
+    assert not set(ATOM_FIELDS) & set(SETTINGS.identity())
+    assert set(ATOM_FIELDS) <= set(settings.identity())
+    for override, message in (("box_head.head=iou", "BoxHeadSettings.head must be one of"),
+                              ("box_head.atom_pool_sizes=0,3",
+                               "BoxHeadSettings.atom_pool_sizes must be one or more "
+                               "integers >= 1")):
+        with pytest.raises(ConfigError, match=message):
+            load_config(f"{config}:tiny", [override])
+    # pools that do not fit the backbone's two levels: refused when the head is built
+    with pytest.raises(ValueError, match=r"ref_pool_sizes must hold one integer >= 1 "
+                                         r"per feature level \(2 levels\)"):
+        box_head_stages.build_box_head(
+            backbone, dataclasses.replace(settings, atom_ref_pool_sizes=(3,)),
+            jax.random.key(0))
+
+
+def test_the_tracker_runs_an_atom_head_in_train_mode_on_running_statistics(split,
+                                                                           backbone):
+    """The tracker takes the head's per-frame parts, which use the running statistics
+    whatever the head's mode: a head fresh from `build_box_head` (train mode) tracks a
+    sequence to finite boxes and its statistics stay as they were."""
+    from ebm_jax.models.box_head import BoxHeadNet
+
+    settings = dataclasses.replace(SETTINGS, head="atom", num_candidates=3, top_k=2,
+                                   refine_steps=2)
+    head = box_head_stages.build_box_head(backbone, settings, jax.random.key(0))
+    net = BoxHeadNet(backbone, head)
+    stats = [np.asarray(x) for x in jax.tree.leaves(nnx.state(net.head, nnx.BatchStat))]
+    boxes, _ = box_head_stages.box_head_runner(net, settings)(split[0])
+    assert np.asarray(boxes).shape == (len(split[0].boxes), 4)
+    assert np.all(np.isfinite(np.asarray(boxes)))
+    assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(
+        stats, jax.tree.leaves(nnx.state(net.head, nnx.BatchStat))))
+
+
+def test_a_tiny_stage_trains_the_atom_head(tmp_path, split, backbone):
+    """Two steps of the stage with `head="atom"`: finite, the head's parameters and
+    batch-norm statistics moved; the trained net then tracks (eval statistics)."""
+    settings = dataclasses.replace(SETTINGS, head="atom", steps=2)
+    trained = _train(tmp_path / "w", split, backbone, settings)
+    assert trained.figures.steps == 2 and trained.figures.finite
+    initial = box_head_stages.build_box_head(
+        backbone, settings, RunContext.key_of(0, trained.name, "init"))
+    assert any(not np.array_equal(a, b) for a, b in zip(_leaves(trained.net.head),
+                                                        _leaves(initial)))
+    stats = lambda m: [np.asarray(x) for x in  # noqa: E731
+                       jax.tree.leaves(nnx.state(m, nnx.BatchStat))]
+    assert all(not np.array_equal(a, b) for a, b in zip(stats(trained.net.head),
+                                                        stats(initial)))
+    boxes, _ = box_head_stages.box_head_runner(trained.net, settings)(split[0])
+    assert np.all(np.isfinite(np.asarray(boxes)))
