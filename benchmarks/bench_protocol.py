@@ -4,8 +4,9 @@ timed on request, so that the two sides alternate (A B A B ...); and the median 
 min and max of each side's rounds.
 
 The worker reads one JSON request per line on stdin and answers one JSON line; its
-first line describes it ({"torch": version, "threads": n}); {"quit": true} ends it
-(`serve_requests` in torch_regression1d.py is the worker's side).
+first line describes it ({"torch": version, "threads": n, "device": ...}) or says why
+it cannot run ({"error": ...}); {"quit": true} ends it (`serve_requests` in
+torch_regression1d.py is the worker's side).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class TorchWorker:
         if not line:
             raise RuntimeError(f"the PyTorch worker {script} ({python}) did not start")
         self.info = json.loads(line)
+        if "error" in self.info:  # e.g. --torch-device cuda without CUDA
+            self.proc.wait(timeout=60)
+            raise RuntimeError(f"the PyTorch worker: {self.info['error']}")
 
     def request(self, **fields) -> dict:
         self.proc.stdin.write(json.dumps(fields) + "\n")

@@ -2,6 +2,7 @@
 PyTorch implementation of the same network, losses and Adam step, interleaved.
 
     python benchmarks/regression1d.py --out results/bench [--torch-python PY] [--methods ...]
+        [--torch-device cuda]
     bash benchmarks/run_regression1d.sh          # the same, finding or making PyTorch's venv
 
 For each method (one model, batch 32, M = 1024 samples or chains, dataset 1 settings;
@@ -14,7 +15,9 @@ the hyperparameters of the paper variant of experiments/ebm_regression/table1_to
   steps, as the PyTorch side does.
 - PyTorch: `benchmarks/torch_regression1d.py --serve`, a worker in `--torch-python` (a
   Python with torch 2.13.0 CPU), with `--threads` intra-op threads (default 1: more
-  threads are erratic on a shared machine), warmed up with one step.
+  threads are erratic on a shared machine), warmed up with one step. `--torch-device
+  cuda` runs it on the GPU (a CUDA build of torch), beside JAX on its default device;
+  without CUDA it stops with an error before anything is timed.
 - Protocol: the two sides alternate, A B A B, for `--rounds` rounds per method; each
   side's seconds per epoch is the median of its rounds, with min and max, in wall and
   in process CPU time; the speed-up is PyTorch's median over JAX's, for both. The load
@@ -26,8 +29,8 @@ the hyperparameters of the paper variant of experiments/ebm_regression/table1_to
   scan body once, so for ML-MCMC-L the step is analysed with L = 1 and (L - 1) times the
   cost of one Langevin update of the batch is added. GFLOP/s achieved against the CPU's
   float32 matmul peak measured here (best of a few 2048^3 matmuls in XLA).
-- Targets (the speed-and-scale issue): every method >= 4x PyTorch per epoch (stretch
-  5x), and ML-MCMC-256 below the paper's GPU figure of 30.8 s per epoch.
+- Targets: every method >= 4x PyTorch per epoch (stretch 5x), and ML-MCMC-256 below
+  the paper's GPU figure of 30.8 s per epoch.
 
 Writes regression1d.json and regression1d.md under --out and prints the table.
 """
@@ -207,7 +210,8 @@ def markdown(report: dict) -> str:
         "interleaved rounds (JAX, PyTorch, JAX, ...); load average "
         f"{report['load_average_start'][0]:.1f} before, "
         f"{report['load_average_end'][0]:.1f} after."
-        + (f" PyTorch {report['torch']['torch']} eager, {report['torch']['threads']} "
+        + (f" PyTorch {report['torch']['torch']} eager on "
+           f"{report['torch'].get('device_name', 'cpu')}, {report['torch']['threads']} "
            "thread(s)." if has_torch else "")
         + (" " + "; ".join(gpu) + "." if gpu else ""))
     return "\n".join(lines) + "\n"
@@ -225,6 +229,8 @@ def main(argv=None) -> int:
     p.add_argument("--torch-python", default=None,
                    help="Python with torch 2.13.0 CPU for the eager baseline")
     p.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
+    p.add_argument("--torch-device", default="cpu", choices=("cpu", "cuda"),
+                   help="where the PyTorch baseline runs (cuda: a CUDA build of torch)")
     args = p.parse_args(argv)
     for m in args.methods:
         check_method(m)
@@ -233,13 +239,19 @@ def main(argv=None) -> int:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.torch_python and not Path(args.torch_python).exists():
         p.error(f"--torch-python: {args.torch_python} does not exist")
+    if args.torch_device != "cpu" and not args.torch_python:
+        p.error(f"--torch-device {args.torch_device} needs --torch-python")
 
     load_start = os.getloadavg()
+    try:  # first, so that a baseline that cannot run stops the benchmark at once
+        worker = (TorchWorker(args.torch_python, "torch_regression1d.py", "--serve",
+                              "--threads", str(args.threads), "--num-samples",
+                              str(args.num_samples), "--device", args.torch_device)
+                  if args.torch_python else None)
+    except RuntimeError as err:
+        p.error(str(err))
     peak = matmul_peak_gflops()
     print(f"float32 matmul peak: {peak:.0f} GFLOP/s", flush=True)
-    worker = (TorchWorker(args.torch_python, "torch_regression1d.py", "--serve",
-                          "--threads", str(args.threads), "--num-samples",
-                          str(args.num_samples)) if args.torch_python else None)
     results = {}
     try:
         for m in args.methods:

@@ -2,10 +2,13 @@
 written from the paper's equations (Gustafsson et al. 2020, eqs. 5, 7, 9-10, 12-14, 16).
 
 Standalone on purpose (imports only torch and numpy), so that it can run in a side
-environment whose Python has a CPU build of torch:
+environment whose Python has a build of torch (CPU, or CUDA for `--device cuda`):
 
-    python benchmarks/torch_regression1d.py --out torch.json [--threads 1]
+    python benchmarks/torch_regression1d.py --out torch.json [--threads 1] [--device cuda]
     python benchmarks/torch_regression1d.py --serve      # worker of benchmarks/regression1d.py
+
+On a GPU every tensor lives on it; a timing waits for the GPU (torch.cuda.synchronize)
+before it reads the clock.
 
 Seconds per epoch = (best of 3 timings of 16 steps / 16) * ceil(2000 / 32), after
 warm-up (ML-MCMC-256: best of 2 timings of 2 steps).
@@ -51,8 +54,8 @@ class Net(nn.Module):
 
 def mixture_sample(y, sigmas, m):
     n, k = y.shape
-    comp = torch.randint(len(sigmas), (n, m))
-    return y[:, None, :] + sigmas[comp][..., None] * torch.randn(n, m, k)
+    comp = torch.randint(len(sigmas), (n, m), device=y.device)
+    return y[:, None, :] + sigmas[comp][..., None] * torch.randn(n, m, k, device=y.device)
 
 
 def mixture_log_prob(ys, y, sigmas):
@@ -98,7 +101,8 @@ def sm(net, x, y):
 
 
 def dsm(net, x, y, m, sigma):
-    noisy = (y[:, None] + sigma * torch.randn(y.shape[0], m, y.shape[1])).requires_grad_(True)
+    noise = torch.randn(y.shape[0], m, y.shape[1], device=y.device)
+    noisy = (y[:, None] + sigma * noise).requires_grad_(True)
     (g,) = torch.autograd.grad(net(x, noisy).sum(), noisy, create_graph=True)
     return ((g + (noisy - y[:, None]) / sigma**2) ** 2).sum(-1).mean()
 
@@ -112,8 +116,8 @@ def ml_mcmc(net, x, y, m, steps, alpha):
     return (net(x, ys).mean(1) - net(x, y[:, None])[:, 0]).mean()
 
 
-def methods(m):
-    t = lambda *v: torch.tensor(v)
+def methods(m, device="cpu"):
+    t = lambda *v: torch.tensor(v, device=device)  # noqa: E731
     return {
         "ml-is": lambda n, x, y: ml_is(n, x, y, m, t(0.2, 1.6)),
         "kld-is": lambda n, x, y: kld_is(n, x, y, m, t(0.2, 1.6), t(0.025)),
@@ -127,42 +131,50 @@ def methods(m):
     }
 
 
+def synchronize(device) -> None:
+    """Waits for the GPU's queued work (nothing to wait for on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
 def time_method(loss_fn, data, steps, warmup, repeats):
     """Best of `repeats` timings of `steps` steps, scaled to an epoch."""
     torch.manual_seed(0)
-    net = Net()
+    device = data[0].device
+    net = Net().to(device)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    x_all, y_all = data
-
-    def step():
-        idx = torch.randint(N_TRAIN, (BATCH,))
-        loss = loss_fn(net, x_all[idx], y_all[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
-
     for _ in range(warmup):
-        step()
+        train_step(net, opt, loss_fn, data)
     best = math.inf
     for _ in range(repeats):
+        synchronize(device)
         t0 = time.perf_counter()
         for _ in range(steps):
-            loss = step()
+            loss = train_step(net, opt, loss_fn, data)
+        synchronize(device)
         best = min(best, time.perf_counter() - t0)
-        assert math.isfinite(float(loss.detach()))
+        assert math.isfinite(float(loss))
     return best / steps * STEPS_PER_EPOCH
 
 
-def serve_requests(prepare, key, count: str) -> None:
-    """The worker loop of benchmarks/bench_protocol.py: prints {"torch", "threads"},
-    then answers each JSON request line on stdin with {"wall", "cpu", "finite"} for
-    `req[count]` calls of the runner `prepare(req)` made (and warmed up) for `key(req)`
-    at its first request; {"quit": true} ends it."""
+def serve_requests(prepare, key, count: str, device="cpu") -> None:
+    """The worker loop of benchmarks/bench_protocol.py: prints {"torch", "threads",
+    "device"}, then answers each JSON request line on stdin with {"wall", "cpu",
+    "finite"} for `req[count]` calls of the runner `prepare(req)` made (and warmed up)
+    for `key(req)` at its first request, the clock read after the device's queued work
+    is done; {"quit": true} ends it. Without CUDA where `device` is "cuda", it prints
+    {"error"} and returns."""
     import sys
 
-    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads()}),
-          flush=True)
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"error": f"--torch-device cuda: this torch ({torch.__version__}) "
+                                   "sees no CUDA GPU (a CPU build, or no GPU here); give "
+                                   "--torch-python a Python whose torch is a CUDA build, on "
+                                   "a machine with a GPU"}), flush=True)
+        return
+    name = torch.cuda.get_device_name() if torch.device(device).type == "cuda" else "cpu"
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "device": str(device), "device_name": name}), flush=True)
     runners = {}
     for line in sys.stdin:
         req = json.loads(line)
@@ -172,35 +184,40 @@ def serve_requests(prepare, key, count: str) -> None:
             runners[key(req)] = prepare(req)
             runners[key(req)]()  # warm-up
         run = runners[key(req)]
+        synchronize(device)
         t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(req[count]):
             value = run()
-        print(json.dumps({"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0,
-                          "finite": math.isfinite(value)}), flush=True)
+        synchronize(device)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(json.dumps({"wall": wall, "cpu": cpu, "finite": math.isfinite(float(value))}),
+              flush=True)
 
 
-def serve(data, num_samples: int) -> None:
+def serve(data, num_samples: int, device="cpu") -> None:
     """Worker mode (`--serve`): requests {"method", "steps"}, `steps` train steps of
     that method's model (built at its first request)."""
-    table = methods(num_samples)
+    table = methods(num_samples, device)
 
     def prepare(req):
         torch.manual_seed(0)
-        net = Net()
+        net = Net().to(device)
         opt = torch.optim.Adam(net.parameters(), lr=1e-3)
         return lambda: train_step(net, opt, table[req["method"]], data)
 
-    serve_requests(prepare, key=lambda req: req["method"], count="steps")
+    serve_requests(prepare, key=lambda req: req["method"], count="steps", device=device)
 
 
-def train_step(net, opt, loss_fn, data) -> float:
+def train_step(net, opt, loss_fn, data) -> torch.Tensor:
+    """One Adam step on a random batch; the loss, left on its device (reading it would
+    wait for the GPU at every step)."""
     x_all, y_all = data
-    idx = torch.randint(N_TRAIN, (BATCH,))
+    idx = torch.randint(N_TRAIN, (BATCH,), device=x_all.device)
     loss = loss_fn(net, x_all[idx], y_all[idx])
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
-    return float(loss.detach())
+    return loss.detach()
 
 
 def main():
@@ -208,6 +225,7 @@ def main():
     p.add_argument("--out", default=None)
     p.add_argument("--serve", action="store_true", help="worker mode (see serve())")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--num-samples", type=int, default=1024)
     p.add_argument("--methods", nargs="+", default=None)
     p.add_argument("--repeats", type=int, default=3, help="timings per method (best)")
@@ -216,13 +234,18 @@ def main():
     rng = np.random.default_rng(0)
     x = rng.uniform(-3, 3, (N_TRAIN, 1)).astype(np.float32)
     y = (np.sin(x) + 0.1 * rng.normal(size=x.shape)).astype(np.float32)
-    data = (torch.from_numpy(x), torch.from_numpy(y))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        if args.serve:  # the harness reads the worker's error line
+            serve_requests(None, None, "steps", device="cuda")
+            return
+        p.error(f"--device cuda: this torch ({torch.__version__}) sees no CUDA GPU")
+    data = (torch.from_numpy(x).to(args.device), torch.from_numpy(y).to(args.device))
     if args.serve:
-        serve(data, args.num_samples)
+        serve(data, args.num_samples, args.device)
         return
     if args.out is None:
         p.error("--out is required (or --serve)")
-    table = methods(args.num_samples)
+    table = methods(args.num_samples, args.device)
     results = {}
     for name in args.methods or table:
         heavy = name == "ml-mcmc-256"
@@ -230,7 +253,7 @@ def main():
                           warmup=1 if heavy else 3, repeats=2 if heavy else args.repeats)
         results[name] = spe
         print(f"torch {name}: {spe:.3f} s/epoch", flush=True)
-    payload = {"torch": torch.__version__, "threads": args.threads,
+    payload = {"torch": torch.__version__, "threads": args.threads, "device": args.device,
                "num_samples": args.num_samples, "seconds_per_epoch": results}
     with open(args.out, "w") as f:
         json.dump(payload, f, indent=2)

@@ -4,12 +4,13 @@ Written from the paper (Bertinetto et al. 2016, "Fully-Convolutional Siamese Net
 for Object Tracking", sec. 2) and the conventions of the widely used PyTorch port
 (crops with OpenCV, 3 scales in one batch, bicubic x16 upsampling, scale penalty, Hann
 window, scale damping). Standalone on purpose (imports only torch, numpy and cv2), so
-that it runs in a side environment whose Python has a CPU build of torch.
+that it runs in a side environment whose Python has a build of torch (CPU, or CUDA
+for `--device cuda`).
 
 It runs as a server so that the harness can interleave its timings with the JAX ones
 (A B A B): one JSON command per line on stdin, one JSON reply per line on stdout.
 
-    python benchmarks/torch_siamfc.py serve --threads 1
+    python benchmarks/torch_siamfc.py serve --threads 1 [--device cuda]
 
 Commands (arrays travel as .npz files named in the command):
   {"cmd": "load", "weights": W.npz, "data": D.npz, "width": 1.0, "settings": {...}}
@@ -142,10 +143,12 @@ def exemplar_side(size_hw, context: float) -> float:
 
 class Tracker:
     """The port's tracking procedure (Bertinetto et al. 2016, sec. 2.4), eager, float32
-    on the CPU. `crop`: "port" (rounded corners, the port's crop) or "continuous"."""
+    on the network's device (crops and the response's upsampling on the CPU, as the
+    port does). `crop`: "port" (rounded corners, the port's crop) or "continuous"."""
 
     def __init__(self, net: SiamFCAlexNet, settings: dict, crop: str = "port"):
         self.net = net.eval()
+        self.device = next(net.parameters()).device
         self.s = dict(DEFAULTS, **settings)
         self.crop = CROPS[crop]
         s = self.s
@@ -165,15 +168,15 @@ class Tracker:
         self.avg_color = np.mean(img, axis=(0, 1))
         z = self.crop(img, self.center, self.z_sz, s["exemplar_size"], self.avg_color)
         z = torch.from_numpy(np.asarray(z)).permute(2, 0, 1)[None].float()
-        self.kernel = self.net(z)
+        self.kernel = self.net(z.to(self.device))
 
     @torch.no_grad()
     def update(self, img):
         s = self.s
         x = np.stack([self.crop(img, self.center, self.x_sz * f, s["search_size"],
                                 self.avg_color) for f in self.scale_factors])
-        x = torch.from_numpy(x).permute(0, 3, 1, 2).float()
-        responses = xcorr(self.kernel, self.net(x), s["response_scale"])[:, 0].numpy()
+        x = torch.from_numpy(x).permute(0, 3, 1, 2).float().to(self.device)
+        responses = xcorr(self.kernel, self.net(x), s["response_scale"])[:, 0].cpu().numpy()
         return self.locate(responses)
 
     def locate(self, responses):
@@ -253,6 +256,7 @@ class Trainer:
 
     def __init__(self, net: SiamFCAlexNet, settings: dict, seed: int = 0):
         self.net = net
+        self.device = next(net.parameters()).device
         self.s = dict(DEFAULTS, **settings)
         self.rng = np.random.default_rng(seed)
         self.opt = torch.optim.SGD(net.parameters(), lr=self.s["lr"],
@@ -264,9 +268,11 @@ class Trainer:
         self.net.train()
         z, x, offsets = training_crops(self.rng, batch["z_frames"], batch["z_boxes"],
                                        batch["x_frames"], batch["x_boxes"], s)
+        z, x = z.to(self.device), x.to(self.device)
         responses = xcorr(self.net(z), self.net(x), s["response_scale"])[:, 0]
         labels = torch.from_numpy(np.stack([
             l1_labels(responses.shape[-1], s["r_pos"] / s["stride"], o) for o in offsets]))
+        labels = labels.to(self.device)
         loss = balanced_bce(responses, labels)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -288,7 +294,7 @@ def load_weights(net: SiamFCAlexNet, path: str) -> None:
     net.load_state_dict(state, strict=False)
 
 
-def serve(threads: int) -> None:
+def serve(threads: int, device: str = "cpu") -> None:
     torch.set_num_threads(threads)
     cv2.setNumThreads(1)
     out = sys.stdout
@@ -300,8 +306,14 @@ def serve(threads: int) -> None:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
+    if device == "cuda" and not torch.cuda.is_available():
+        reply({"error": f"--torch-device cuda: this torch ({torch.__version__}) sees no "
+                        "CUDA GPU (a CPU build, or no GPU here); give --torch-python a "
+                        "Python whose torch is a CUDA build, on a machine with a GPU"})
+        return
     reply({"ready": True, "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "interop_threads": torch.get_num_interop_threads(),
+           "interop_threads": torch.get_num_interop_threads(), "device": device,
+           "device_name": (torch.cuda.get_device_name() if device == "cuda" else "cpu"),
            "cv2": cv2.__version__, "numpy": np.__version__})
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -313,6 +325,7 @@ def serve(threads: int) -> None:
                 settings = dict(cmd.get("settings", {}))
                 net = SiamFCAlexNet(cmd.get("width", 1.0))
                 load_weights(net, cmd["weights"])
+                net = net.to(device)
                 trainer = Trainer(copy.deepcopy(net), settings)  # tracking keeps `net`
                 with np.load(cmd["data"]) as f:
                     data = {k: f[k] for k in f.files}
@@ -322,8 +335,9 @@ def serve(threads: int) -> None:
                 with np.load(cmd["data"]) as f, torch.no_grad():
                     z = torch.from_numpy(f["z_crop"]).permute(0, 3, 1, 2).float()
                     x = torch.from_numpy(f["x_crops"]).permute(0, 3, 1, 2).float()
-                    r = xcorr(net(z), net(x), dict(DEFAULTS, **settings)["response_scale"])
-                np.savez(cmd["out"], responses=r[:, 0].numpy())
+                    r = xcorr(net(z.to(device)), net(x.to(device)),
+                              dict(DEFAULTS, **settings)["response_scale"])
+                np.savez(cmd["out"], responses=r[:, 0].cpu().numpy())
                 reply({"ok": True})
             elif cmd["cmd"] == "loss":
                 s = dict(DEFAULTS, **settings)
@@ -353,6 +367,8 @@ def serve(threads: int) -> None:
                 batch = {k: data[k] for k in ("z_frames", "z_boxes", "x_frames", "x_boxes")}
                 w0, c0 = time.perf_counter(), time.process_time()
                 losses = [trainer.step(batch) for _ in range(n)]
+                if device == "cuda":
+                    torch.cuda.synchronize()  # the last step's update too
                 w1, c1 = time.perf_counter(), time.process_time()
                 reply({"ok": True, "losses": losses, "wall": w1 - w0, "cpu": c1 - c0,
                        "steps": n})
@@ -368,10 +384,11 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="mode", required=True)
     s = sub.add_parser("serve", help="answer JSON commands on stdin (see the docstring)")
     s.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    s.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = p.parse_args(argv)
     if args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
-    serve(args.threads)
+    serve(args.threads, args.device)
     return 0
 
 

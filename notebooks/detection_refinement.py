@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.16.4
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -46,23 +46,30 @@
 # pyramid, for a GPU.
 
 # %%
-# Colab: install the package (skipped when it is already importable).
+# Colab: install the package where it is not importable yet, from REPO: the one place to
+# say where (the repository's git URL, https://... or ssh://..., or a local checkout's
+# path; or set EBM_JAX_REPO). pip is held to the runtime's jax and jaxlib, so Colab's GPU
+# or TPU build of JAX stays as it is.
 import os
 
-REPO = os.environ.get("EBM_JAX_REPO", "")  # the repository's git URL or local path
+REPO = os.environ.get("EBM_JAX_REPO", "")
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
-    if not REPO:
-        raise RuntimeError(
-            "ebm_jax is not installed: set REPO above (or the EBM_JAX_REPO environment "
-            "variable) to the repository's git URL (https://... or git@...) or to the path "
-            "of a local checkout, then run this cell again") from None
+    import importlib.metadata as metadata
     import subprocess
     import sys
 
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "git@")) else REPO
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", target])
+    if not REPO:
+        raise RuntimeError("ebm_jax is not installed: set REPO above to the repository's "
+                           "git URL or a local checkout's path, then run this cell again")
+    pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
+                   if any(metadata.distributions(name=name)))
+    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
+                       "/dev/stdin"], input=pins, text=True).returncode:  # the pins
+        raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
+                           "jax >= 0.11): see pip's message above")
     import ebm_jax  # noqa: F401
 
 # %% [markdown]
@@ -488,7 +495,7 @@ print(f"mean IoU with the best ground-truth box: {iou_before.mean():.3f} before,
 # boxes include its duplicates; guided NMS keeps the box of highest f of each group, so
 # its AP depends on how well f ranks the candidates, and with a small head it can fall
 # below the detector's. With a few dozen test images every figure moves by a point or
-# two with the seed (the README's Table 2 gives the spread over seeds).
+# two with the seed (Table 2 on the docs' detection page gives the spread over seeds).
 
 # %%
 from ebm_jax.eval.coco import coco_evaluate
@@ -521,6 +528,5 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # - `experiments/ebm_regression/figure5_detection_beta.py`: NCE+ against beta (Figure 5);
 # - `experiments/ebm_regression/table3_detection_sigma.py`: NCE's sigmas (Table 3).
 #
-# README.md describes the pieces used here in "Detection energy head" (under "The
-# library") and the experiments and their results in "Detection box refinement (Table 2,
-# Figures 3-5, Table 3)".
+# The pieces used here: docs/library.md, "Detection energy head"; the experiments and
+# their results: docs/detection.md.

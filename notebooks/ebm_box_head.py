@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.16.4
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -36,23 +36,30 @@
 # split) is `experiments/tracking/ebm_table4_box_head.py` (last cell).
 
 # %%
-# Colab: install the package (skipped when it is already importable).
+# Colab: install the package where it is not importable yet, from REPO: the one place to
+# say where (the repository's git URL, https://... or ssh://..., or a local checkout's
+# path; or set EBM_JAX_REPO). pip is held to the runtime's jax and jaxlib, so Colab's GPU
+# or TPU build of JAX stays as it is.
 import os
 
-REPO = os.environ.get("EBM_JAX_REPO", "")  # the repository's git URL or local path
+REPO = os.environ.get("EBM_JAX_REPO", "")
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
-    if not REPO:
-        raise RuntimeError(
-            "ebm_jax is not installed: set REPO above (or the EBM_JAX_REPO environment "
-            "variable) to the repository's git URL (https://... or git@...) or to the path "
-            "of a local checkout, then run this cell again") from None
+    import importlib.metadata as metadata
     import subprocess
     import sys
 
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "git@")) else REPO
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", target])
+    if not REPO:
+        raise RuntimeError("ebm_jax is not installed: set REPO above to the repository's "
+                           "git URL or a local checkout's path, then run this cell again")
+    pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
+                   if any(metadata.distributions(name=name)))
+    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
+                       "/dev/stdin"], input=pins, text=True).returncode:  # the pins
+        raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
+                           "jax >= 0.11): see pip's message above")
     import ebm_jax  # noqa: F401
 
 # %% [markdown]

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.16.4
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -38,23 +38,30 @@
 # with M = 1024 (the `large` size), so its D_KL are higher than Table 1's.
 
 # %%
-# Colab: install the package (skipped when it is already importable).
+# Colab: install the package where it is not importable yet, from REPO: the one place to
+# say where (the repository's git URL, https://... or ssh://..., or a local checkout's
+# path; or set EBM_JAX_REPO). pip is held to the runtime's jax and jaxlib, so Colab's GPU
+# or TPU build of JAX stays as it is.
 import os
 
-REPO = os.environ.get("EBM_JAX_REPO", "")  # the repository's git URL or local path
+REPO = os.environ.get("EBM_JAX_REPO", "")
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
-    if not REPO:
-        raise RuntimeError(
-            "ebm_jax is not installed: set REPO above (or the EBM_JAX_REPO environment "
-            "variable) to the repository's git URL (https://... or git@...) or to the path "
-            "of a local checkout, then run this cell again") from None
+    import importlib.metadata as metadata
     import subprocess
     import sys
 
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "git@")) else REPO
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", target])
+    if not REPO:
+        raise RuntimeError("ebm_jax is not installed: set REPO above to the repository's "
+                           "git URL or a local checkout's path, then run this cell again")
+    pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
+                   if any(metadata.distributions(name=name)))
+    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
+                       "/dev/stdin"], input=pins, text=True).returncode:  # the pins
+        raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
+                           "jax >= 0.11): see pip's message above")
     import ebm_jax  # noqa: F401
 
 # %% [markdown]
@@ -376,8 +383,6 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #   checkpointed, resumable stages and the density figures.
 # - `experiments/ebm_regression/figure2_toy1d_m.py`: Figure 2, D_KL of ML-IS, KLD-IS,
 #   NCE and NCE+ against M.
-# - From Python: `load_config("experiments/ebm_regression/table1_toy1d.py:tiny",
-#   ["methods=nce,nce+"])` and `run_experiment(cfg, workdir=..., out=...)` (README,
-#   "Running an experiment").
-# - README.md: "The library" (the loss functions and their equations) and "1D comparison
-#   (Table 1)" (the protocol, the paper-protocol results and the quick variant's).
+# - From Python: `load_config(...)` and `run_experiment(cfg, workdir=..., out=...)`
+#   (README, "Quickstart"); the losses and their equations: docs/library.md; the
+#   protocol and the results: docs/regression1d.md.

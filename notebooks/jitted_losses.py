@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.16.4
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -39,23 +39,30 @@
 # compiling the 22 timed functions.
 
 # %%
-# Colab: install the package (skipped when it is already importable).
+# Colab: install the package where it is not importable yet, from REPO: the one place to
+# say where (the repository's git URL, https://... or ssh://..., or a local checkout's
+# path; or set EBM_JAX_REPO). pip is held to the runtime's jax and jaxlib, so Colab's GPU
+# or TPU build of JAX stays as it is.
 import os
 
-REPO = os.environ.get("EBM_JAX_REPO", "")  # the repository's git URL or local path
+REPO = os.environ.get("EBM_JAX_REPO", "")
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
-    if not REPO:
-        raise RuntimeError(
-            "ebm_jax is not installed: set REPO above (or the EBM_JAX_REPO environment "
-            "variable) to the repository's git URL (https://... or git@...) or to the path "
-            "of a local checkout, then run this cell again") from None
+    import importlib.metadata as metadata
     import subprocess
     import sys
 
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "git@")) else REPO
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", target])
+    if not REPO:
+        raise RuntimeError("ebm_jax is not installed: set REPO above to the repository's "
+                           "git URL or a local checkout's path, then run this cell again")
+    pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
+                   if any(metadata.distributions(name=name)))
+    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
+                       "/dev/stdin"], input=pins, text=True).returncode:  # the pins
+        raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
+                           "jax >= 0.11): see pip's message above")
     import ebm_jax  # noqa: F401
 
 # %% [markdown]
@@ -449,7 +456,7 @@ print("\nloss values at M = 1:", {name: round(values[name, M_LIST[0], K_LIST[0]]
 # figures only (printed at the top): on a shared CPU they move by tens of percent from
 # run to run, and a GPU changes their shape (flat until the device fills up). The full
 # suite, `benchmarks/losses.py`, times every loss for M up to 4096 and K in {1, 4}
-# against the same losses in eager PyTorch (README, "Benchmarks").
+# against the same losses in eager PyTorch (docs/benchmarks.md).
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
@@ -485,15 +492,11 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # %% [markdown]
 # ## Further
 #
-# - The 1D comparison trains every method with these losses and hyperparameters:
-#   `ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick` (Table 1) and
-#   `experiments/ebm_regression/figure2_toy1d_m.py` (D_KL against M, Figure 2); README,
-#   "1D comparison (Table 1)".
+# - The 1D comparison trains every method with these losses (`ebm-jax run
+#   experiments/ebm_regression/table1_toy1d.py:quick`, Table 1; `figure2_toy1d_m.py`,
+#   Figure 2): docs/regression1d.md.
 # - The same losses in a box's relative space train the detection energy head
-#   (`ebm_jax.energy.boxes.make_detection_loss`,
-#   `experiments/ebm_regression/table2_detection.py`); README, "Detection energy head"
-#   and "Detection box refinement (Table 2, Figures 3-5, Table 3)".
-# - README, "The library", lists every function of `ebm_jax.energy` with its equation;
-#   "Benchmarks" has `benchmarks/losses.py` (this notebook's timing at full size,
-#   beside eager PyTorch) and `benchmarks/regression1d.py` (whole training epochs of
-#   every Table 1 method against PyTorch).
+#   (`ebm_jax.energy.boxes.make_detection_loss`): docs/detection.md.
+# - docs/library.md lists every function of `ebm_jax.energy` with its equation;
+#   docs/benchmarks.md has `benchmarks/losses.py` (this timing at full size, beside
+#   eager PyTorch) and `benchmarks/regression1d.py` (whole epochs against PyTorch).

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.16.4
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -34,40 +34,47 @@
 # 3. a short MoCo pretraining with the library's loss and train step, and its loss curve;
 # 4. kNN and linear-probe accuracy of the trained encoder, of a randomly initialised
 #    encoder of the same shape and of the raw pixels (on this small benchmark MoCo with
-#    a large queue is at the random encoder's level, as the README reports);
+#    a large queue is at the random encoder's level, as the docs report);
 # 5. a t-SNE of the test features, coloured by class.
 #
 # With the default sizes it runs in about two minutes on 2 idle CPU cores, most of it
-# compiling and training. The experiments behind the README's tables are the configs
-# `experiments/contrastive/*.py` (last cell).
+# compiling and training. The experiments behind the docs' contrastive tables are the
+# configs `experiments/contrastive/*.py` (last cell).
 
 # %%
-# Colab: install the package (skipped when it is already importable).
+# Colab: install the package where it is not importable yet, from REPO: the one place to
+# say where (the repository's git URL, https://... or ssh://..., or a local checkout's
+# path; or set EBM_JAX_REPO). pip is held to the runtime's jax and jaxlib, so Colab's GPU
+# or TPU build of JAX stays as it is.
 import os
 
-REPO = os.environ.get("EBM_JAX_REPO", "")  # the repository's git URL or local path
+REPO = os.environ.get("EBM_JAX_REPO", "")
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
-    if not REPO:
-        raise RuntimeError(
-            "ebm_jax is not installed: set REPO above (or the EBM_JAX_REPO environment "
-            "variable) to the repository's git URL (https://... or git@...) or to the path "
-            "of a local checkout, then run this cell again") from None
+    import importlib.metadata as metadata
     import subprocess
     import sys
 
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "git@")) else REPO
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", target])
+    if not REPO:
+        raise RuntimeError("ebm_jax is not installed: set REPO above to the repository's "
+                           "git URL or a local checkout's path, then run this cell again")
+    pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
+                   if any(metadata.distributions(name=name)))
+    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
+                       "/dev/stdin"], input=pins, text=True).returncode:  # the pins
+        raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
+                           "jax >= 0.11): see pip's message above")
     import ebm_jax  # noqa: F401
 
 # %% [markdown]
 # ## Parameters
 #
 # Three sizes, chosen by the environment variable `EBM_JAX_NOTEBOOK_SIZE`. `default` is a
-# short run (3 epochs, K = 256) of the README's encoder: ResNet-18 with the small-image
+# short run (3 epochs, K = 256) of the tables' encoder: ResNet-18 with the small-image
 # stem at width 16, on 16 x 16 RGB. `large`, for a GPU runtime, has the settings of the
-# README's quick config, for one seed: K = 1024 and 15 epochs (630 steps). `tiny` only
+# quick config, for one seed: K = 1024 and 15 epochs (630 steps). `tiny` only
 # checks that every cell runs.
 
 # %%
@@ -104,13 +111,13 @@ EPOCHS = P["epochs"]  # pretraining epochs
 LINEAR_EPOCHS = P["linear_epochs"]  # epochs of the linear probe on frozen features
 KNN_K = P["knn_k"]  # neighbours of the weighted kNN
 TSNE_POINTS = P["tsne_points"]  # test images in the t-SNE
-IMAGE_SIZE = 16  # the benchmark's side in pixels (the README's quick configs)
+IMAGE_SIZE = 16  # the benchmark's side in pixels (the quick configs')
 MOMENTUM = 0.99  # m of eq. 2
 TEMPERATURE = 0.1  # tau of eq. 1
 LR = 0.06  # SGD with momentum 0.9, cosine decay, weight decay 5e-4 (the recipe's)
 WEIGHT_DECAY = 5e-4
 NUM_SPLITS = 4  # batch-norm groups of the batch (shuffled BN on one device)
-AUGMENT = "digits-color"  # the augmentation the README chose on the val split
+AUGMENT = "digits-color"  # the augmentation chosen on the val split
 
 # %%
 import jax
@@ -198,7 +205,7 @@ plt.show()
 #
 # The model (`ebm_jax.models.contrastive.MoCo`) holds a query encoder f_q, a key encoder
 # f_k that starts as a copy of it, and the queue: K unit vectors (random before any key
-# is written) and a pointer. Each encoder is the README's `ResNetEncoder` (small-image
+# is written) and a pointer. Each encoder is the configs' `ResNetEncoder` (small-image
 # stem) with a linear head whose output is L2-normalised; batch norm works in
 # `NUM_SPLITS` groups of the batch (`SplitBatchNorm`), for shuffled BN on one device.
 #
@@ -372,16 +379,16 @@ plt.show()
 # - *linear*: a softmax classifier trained on the frozen training features with every
 #   label (`train_linear_classifier`: SGD, cosine schedule, standardised features).
 #
-# Beside MoCo, the two floors of the README's tables: the encoder MoCo started from
+# Beside MoCo, the two floors of the contrastive tables: the encoder MoCo started from
 # (random weights, the same architecture), and the raw pixels.
 #
 # **Do not over-read one short run.** On this small benchmark, MoCo with a large queue is
-# at the random encoder's level. The README's three-seed results (quick config, K = 1024,
+# at the random encoder's level. The docs' three-seed results (quick config, K = 1024,
 # 15 epochs) give MoCo minus the random encoder +4.2 +- 3.4 points of linear accuracy, a
 # tie, and -4.5 +- 2.2 at kNN (k = 20). Raw pixels are the best of the three at kNN and
 # the worst at linear accuracy. A difference of a few points between the rows below is
 # within the spread over seeds. (MoCo at K = 64, and end-to-end, do beat the random
-# encoder there: see the README's queue and mechanism ablations.)
+# encoder there: see the queue and mechanism ablations in the docs.)
 
 # %%
 from ebm_jax.contrastive import normalise
@@ -414,7 +421,7 @@ for name, r in results.items():
     print(f"{name:8s} {features[name][0].shape[1]:8d} {100 * r['knn']:9.1f}% "
           f"{100 * r['linear']:7.1f}%")
 gap = {s: 100 * (results["MoCo"][s] - results["random"][s]) for s in ("knn", "linear")}
-print(f"MoCo - random: kNN {gap['knn']:+.1f}, linear {gap['linear']:+.1f} points (README, "
+print(f"MoCo - random: kNN {gap['knn']:+.1f}, linear {gap['linear']:+.1f} points (docs, "
       "3 seeds at K = 1024: kNN -4.5 +- 2.2, linear +4.2 +- 3.4)")
 
 # %% [markdown]
@@ -422,7 +429,7 @@ print(f"MoCo - random: kNN {gap['knn']:+.1f}, linear {gap['linear']:+.1f} points
 #
 # A 2-D t-SNE (scikit-learn) of the frozen test features of a subset of the test
 # images, coloured by the digit they show (never seen by MoCo), for the MoCo encoder and
-# the random one. As for the README's figure (`docs/moco_features.png`, made by
+# the random one. As for the docs' figure (`docs/moco_features.png`, made by
 # `ebm_jax.report.contrastive.embedding_figure` on all 1800 test images), the features
 # are standardised and reduced to their first 50 principal components first.
 # Well-separated clusters of one colour would mean features that separate the digits; on
@@ -461,7 +468,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # %% [markdown]
 # ## Further
 #
-# The README's contrastive experiments are configs of one recipe
+# The contrastive experiments (docs/contrastive.md) are configs of one recipe
 # (`ebm_jax/recipes/contrastive.py`), each run by the command in its docstring, e.g.
 # `ebm-jax run experiments/contrastive/moco_linear_eval.py:quick`; the five files share
 # one work directory, so the random, pixels and supervised rows train once:
@@ -475,6 +482,5 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # - `experiments/contrastive/moco_ablation_mechanism.py`: end-to-end, memory bank, MoCo;
 # - `experiments/contrastive/moco_ablation_queue.py`: K in {64, 1024}.
 #
-# README.md describes the pieces in "Contrastive learning" (under "The library") and the
-# results, with the choices made on the val split, in "Contrastive representation
-# learning (InstDisc, MoCo)".
+# The pieces used here: docs/library.md, "Contrastive learning"; the results, with the
+# choices made on the val split: docs/contrastive.md.

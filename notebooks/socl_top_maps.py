@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.16.4
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -34,57 +34,73 @@
 # of the paper's tables are the configs `experiments/tracking/socl_*.py` (last cell).
 
 # %%
-# Colab: install the package (skipped when it is already importable).
+# Colab: install the package where it is not importable yet, from REPO: the one place to
+# say where (the repository's git URL, https://... or ssh://..., or a local checkout's
+# path; or set EBM_JAX_REPO). pip is held to the runtime's jax and jaxlib, so Colab's GPU
+# or TPU build of JAX stays as it is.
 import os
 
-REPO = os.environ.get("EBM_JAX_REPO", "")  # the repository's git URL or local path
+REPO = os.environ.get("EBM_JAX_REPO", "")
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
-    if not REPO:
-        raise RuntimeError(
-            "ebm_jax is not installed: set REPO above (or the EBM_JAX_REPO environment "
-            "variable) to the repository's git URL (https://... or git@...) or to the path "
-            "of a local checkout, then run this cell again") from None
+    import importlib.metadata as metadata
     import subprocess
     import sys
 
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "git@")) else REPO
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", target])
+    if not REPO:
+        raise RuntimeError("ebm_jax is not installed: set REPO above to the repository's "
+                           "git URL or a local checkout's path, then run this cell again")
+    pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
+                   if any(metadata.distributions(name=name)))
+    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
+                       "/dev/stdin"], input=pins, text=True).returncode:  # the pins
+        raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
+                           "jax >= 0.11): see pip's message above")
     import ebm_jax  # noqa: F401
 
 # %% [markdown]
 # ## Parameters
 #
-# Small by default (one to two minutes on 2 CPU cores); each can be set from an environment
-# variable (the tests make them smaller still).
+# One size preset drives every size below: `tiny` takes seconds (the tests), `default`
+# one to two minutes on 2 CPU cores, `large` is for a Colab GPU runtime (the quick
+# config's sizes, `experiments/tracking/socl_table1_ablation.py`; the TOP maps are
+# computed on the CPU, about 0.4 s a frame, so its 2,000 annotated frames take some 15
+# minutes, the training and tracking a few on the GPU). The environment variable
+# `EBM_JAX_NOTEBOOK_SIZE` sets it too.
 
 # %%
 import tempfile
 
-NUM_TRAIN = int(os.environ.get("SOCL_NB_TRAIN_SEQUENCES", 8))  # training videos
-NUM_FRAMES = int(os.environ.get("SOCL_NB_FRAMES", 20))  # frames per training video
-TEST_FRAMES = int(os.environ.get("SOCL_NB_TEST_FRAMES", 60))  # the tracked test video
-HEIGHT = int(os.environ.get("SOCL_NB_HEIGHT", 120))  # frame size in pixels
-WIDTH_PX = int(os.environ.get("SOCL_NB_WIDTH_PX", 160))
-ANNOTATE_EVERY = int(os.environ.get("SOCL_NB_ANNOTATE_EVERY", 2))  # a point every k frames
-NUM_RANDOM = int(os.environ.get("SOCL_NB_NUM_RANDOM", 5000))  # random proposals per frame
-EDGEBOXES = int(os.environ.get("SOCL_NB_EDGEBOXES", 1000))  # EdgeBoxes per frame
-VIDEOS = int(os.environ.get("SOCL_NB_VIDEOS", 6))  # N: videos per batch (2N regions)
-STEPS = int(os.environ.get("SOCL_NB_STEPS", 30))  # SoCL-Siam training steps
-WIDTH = float(os.environ.get("SOCL_NB_WIDTH", 0.125))  # AlexNet channel multiplier
-INPUT_SIZE = int(os.environ.get("SOCL_NB_INPUT_SIZE", 127))  # context region, input px
-CONTEXT_SIDE = float(os.environ.get("SOCL_NB_CONTEXT_SIDE", 96.0))  # ... in frame px
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZES = {  # videos, frames, frame size; proposals; SoCL batch, steps, network
+    "tiny": dict(train=3, frames=6, test_frames=5, height=96, width_px=128,
+                 num_random=300, edgeboxes=50, videos=2, steps=3, width=0.125,
+                 input_size=111, context_side=64.0),
+    "default": dict(train=8, frames=20, test_frames=60, height=120, width_px=160,
+                    num_random=5000, edgeboxes=1000, videos=6, steps=30, width=0.125,
+                    input_size=127, context_side=96.0),
+    "large": dict(train=50, frames=80, test_frames=80, height=240, width_px=320,
+                  num_random=5000, edgeboxes=1000, videos=12, steps=300, width=0.25,
+                  input_size=159, context_side=144.0),
+}
+if SIZE not in SIZES:
+    raise ValueError(f"SIZE must be one of {sorted(SIZES)}, got {SIZE!r}")
+P = SIZES[SIZE]
+NUM_TRAIN, NUM_FRAMES, TEST_FRAMES = P["train"], P["frames"], P["test_frames"]  # videos
+HEIGHT, WIDTH_PX = P["height"], P["width_px"]  # frame size in pixels
+NUM_RANDOM, EDGEBOXES = P["num_random"], P["edgeboxes"]  # proposals per frame
+VIDEOS = P["videos"]  # N: videos per batch (2N regions)
+STEPS = P["steps"]  # SoCL-Siam training steps
+WIDTH = P["width"]  # AlexNet channel multiplier
+INPUT_SIZE = P["input_size"]  # context region, input pixels
+CONTEXT_SIDE = P["context_side"]  # ... in frame pixels
+ANNOTATE_EVERY = 2  # a point every k frames
 LR = 3e-4  # Adam, the paper's learning rate
 MAX_GAP = 100  # the two frames of a video are fewer than this apart
-SEED = int(os.environ.get("SOCL_NB_SEED", 0))
-DATA_DIR = os.environ.get("SOCL_NB_DATA_DIR") or tempfile.mkdtemp(prefix="socl_notebook_")
-
-# On a Colab GPU, the quick config's sizes (experiments/tracking/socl_table1_ablation.py):
-#   NUM_TRAIN, NUM_FRAMES, TEST_FRAMES = 50, 80, 80; HEIGHT, WIDTH_PX = 240, 320
-#   VIDEOS, STEPS, WIDTH = 12, 300, 0.25; INPUT_SIZE, CONTEXT_SIDE = 159, 144.0
-# The TOP maps are computed on the CPU (about 0.4 s a frame): 2,000 annotated frames
-# take some 15 minutes, the training and tracking a few on the GPU.
+SEED = 0
+DATA_DIR = tempfile.mkdtemp(prefix="socl_notebook_")  # the generated videos
 
 # %%
 import time
@@ -95,7 +111,8 @@ import numpy as np
 from matplotlib.patches import Rectangle
 
 START = time.perf_counter()
-print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; data in {DATA_DIR}")
+print(f"JAX {jax.__version__} on {jax.devices()[0].platform}; SIZE={SIZE}; data in "
+      f"{DATA_DIR}")
 
 
 def draw_box(ax, box, color, **kwargs):
@@ -424,6 +441,6 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # - `experiments/tracking/socl_table6_noisy_points.py`: points shifted off the centre
 #   (Table 6).
 #
-# README.md describes the pieces used here in "SoCL: tracking representations from
-# points" (under "The library"), and the generated benchmark and the SiamFC baseline in
-# "Tracking: SiamFC trained on boxes (Box-Siam), the base of SoCL".
+# The documentation describes the pieces used here in "SoCL: tracking representations
+# from points" (docs/library.md), the experiments in docs/socl.md, and the generated
+# benchmark and the SiamFC baseline in docs/tracking.md.

@@ -2,6 +2,9 @@
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -87,12 +90,58 @@ def test_benchmark_smoke_writes_json_and_markdown(tmp_path):
     (["--methods", "ml-iss"], "method must be one of"),
     (["--num-samples", "0"], "--num-samples must be >= 1"),
     (["--torch-python", "/nonexistent/python"], "--torch-python"),
+    (["--torch-device", "cuda"], "--torch-device cuda needs --torch-python"),
+    (["--torch-device", "tpu"], "invalid choice"),
 ])
 def test_benchmark_rejects_bad_arguments(tmp_path, argv, match, capsys):
     with pytest.raises((ValueError, SystemExit)) as err:
         bench.main(["--out", str(tmp_path)] + argv)
     text = str(err.value) + capsys.readouterr().err
     assert match in text
+    assert not (tmp_path / "regression1d.json").exists()
+
+
+def _torch_python() -> str:
+    """This Python if it has torch, else $TORCH_PYTHON or .venv-torch when it has torch
+    and numpy; else the test is skipped."""
+    if importlib.util.find_spec("torch") is not None:
+        return sys.executable
+    root = Path(__file__).parents[2]
+    for cand in (os.environ.get("TORCH_PYTHON"), root / ".venv-torch" / "bin" / "python"):
+        if cand and Path(cand).exists() and subprocess.run(
+                [str(cand), "-c", "import torch, numpy"], capture_output=True).returncode == 0:
+            return str(cand)
+    pytest.skip("no Python with torch (set TORCH_PYTHON or run benchmarks/run_regression1d.sh)")
+
+
+def _has_cuda(python: str) -> bool:
+    return subprocess.run([python, "-c", "import sys, torch; sys.exit(not "
+                           "torch.cuda.is_available())"]).returncode == 0
+
+
+def test_torch_worker_times_steps_on_the_cpu():
+    python = _torch_python()
+    worker = bench.TorchWorker(python, "torch_regression1d.py", "--serve", "--threads", "1",
+                               "--num-samples", "4", "--device", "cpu")
+    try:
+        assert worker.info["device"] == "cpu" and worker.info["threads"] == 1
+        for method in ("nce", "dsm"):
+            worker.request(method=method, steps=1)  # builds and warms up
+            t = worker.request(method=method, steps=2)
+            assert t["finite"] and t["wall"] > 0 and t["cpu"] > 0
+    finally:
+        worker.close()
+
+
+def test_cuda_baseline_without_cuda_stops_with_a_clear_error(tmp_path, capsys):
+    python = _torch_python()
+    if _has_cuda(python):
+        pytest.skip("this torch sees a CUDA GPU")
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--torch-python", python, "--torch-device",
+                    "cuda", "--methods", "sm", "--num-samples", "4", "--rounds", "1"])
+    err = capsys.readouterr().err
+    assert "--torch-device cuda" in err and "no CUDA GPU" in err
     assert not (tmp_path / "regression1d.json").exists()
 
 

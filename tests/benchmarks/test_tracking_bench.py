@@ -207,6 +207,21 @@ def test_torch_baseline_agrees_and_a_changed_weight_is_refused(tmp_path, tiny_mo
                               check_frames=6, box_tol=0.5)
 
 
+def test_cuda_baseline_without_cuda_is_refused_with_a_clear_error(tmp_path, capsys):
+    python = _torch_python()
+    if subprocess.run([python, "-c", "import sys, torch; sys.exit(not "
+                       "torch.cuda.is_available())"]).returncode == 0:
+        pytest.skip("this torch sees a CUDA GPU")
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        bench.TorchBaseline(python, 1, "cuda")
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--torch-python", python, "--torch-device",
+                    "cuda", "--width", "0.125", "--frames", "2", "--check-frames", "2",
+                    "--conv", "model"])
+    assert "--torch-device cuda" in capsys.readouterr().err
+    assert not (tmp_path / "tracking.json").exists()
+
+
 def test_torch_labels_and_balanced_loss_match_the_jax_loss(tmp_path, baseline):
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 2, (3, 17, 17)).astype(np.float32)

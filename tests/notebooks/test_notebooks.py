@@ -1,10 +1,12 @@
 """The Colab notebooks: every `notebooks/*.py` (jupytext percent format, the source) has
 an `.ipynb` twin with the same cells and no outputs, and `make test` executes each
 `.ipynb` top to bottom in a fresh Jupyter kernel (nbclient, as nbmake does) at its
-`tiny` size, with a per-cell timeout, then checks what it computed in one more cell."""
+`tiny` size, with a per-cell timeout, then checks what it computed in one more cell.
+Each notebook starts with the same install cell and reads one size variable."""
 
+import ast
 import json
-import os
+import re
 from pathlib import Path
 
 import pytest
@@ -13,14 +15,11 @@ NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py"))
 CELL_TIMEOUT_S = 300
 
-# Environment of the executed notebooks. The notebooks read one size preset,
+# Environment of the executed notebooks. Each reads one size preset,
 # EBM_JAX_NOTEBOOK_SIZE ("tiny" here, "default" on 2 CPU cores, "large" on a Colab
-# accelerator); socl_top_maps.py reads its sizes one by one.
-ENV = {"EBM_JAX_NOTEBOOK_SIZE": "tiny", "MPLBACKEND": "Agg",
-       "SOCL_NB_TRAIN_SEQUENCES": "3", "SOCL_NB_FRAMES": "6",
-       "SOCL_NB_TEST_FRAMES": "5", "SOCL_NB_HEIGHT": "96", "SOCL_NB_WIDTH_PX": "128",
-       "SOCL_NB_NUM_RANDOM": "300", "SOCL_NB_EDGEBOXES": "50", "SOCL_NB_VIDEOS": "2",
-       "SOCL_NB_STEPS": "3", "SOCL_NB_INPUT_SIZE": "111", "SOCL_NB_CONTEXT_SIDE": "64"}
+# accelerator), and no other variable but EBM_JAX_REPO (the install cell's).
+ENV = {"EBM_JAX_NOTEBOOK_SIZE": "tiny", "MPLBACKEND": "Agg"}
+NOTEBOOK_VARIABLES = {"EBM_JAX_NOTEBOOK_SIZE", "EBM_JAX_REPO"}
 
 # What each notebook must have computed: expressions evaluated in its kernel after the
 # last cell, each of which must be True.
@@ -131,6 +130,32 @@ def test_ipynb_is_in_sync_with_the_py(name):
             assert c["outputs"] == [] and c["execution_count"] is None
 
 
+def test_one_size_variable_drives_each_notebook():
+    for name in NAMES:
+        source = (NOTEBOOKS / f"{name}.py").read_text()
+        read = set(re.findall(r"os\.environ(?:\.get\(|\[)\s*[\"'](\w+)", source))
+        assert read == NOTEBOOK_VARIABLES, f"{name} reads {sorted(read)}"
+        assert 'SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")' in source, name
+        sizes = next(node.value for node in ast.walk(ast.parse(source))
+                     if isinstance(node, ast.Assign) and len(node.targets) == 1
+                     and getattr(node.targets[0], "id", None) == "SIZES")
+        assert {k.value for k in sizes.keys} == {"tiny", "default", "large"}, name
+        shapes = {tuple(sorted(k.arg for k in v.keywords)) for v in sizes.values}
+        assert len(shapes) == 1, f"{name}: the sizes set different variables"
+
+
+def install_cell(name: str) -> str:
+    """The first code cell of a notebook's .ipynb."""
+    notebook = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())
+    return next("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
+
+
+def test_every_notebook_starts_with_the_same_install_cell():
+    cells = {name: install_cell(name) for name in NAMES}
+    assert len(set(cells.values())) == 1, "the install cells differ"
+    assert 'REPO = os.environ.get("EBM_JAX_REPO", "")' in cells[NAMES[0]]
+
+
 def test_percent_cells_parses_jupytext_layout():
     text = ("# ---\n# jupyter:\n#   x: 1\n# ---\n\n# %% [markdown]\n# # Title\n#\n# text\n\n"
             "# %%\nimport os\n\nx = 1\n\n\n# %%\n# a comment\ny = 2\n")
@@ -147,7 +172,7 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
         monkeypatch.setenv(key, value)
     # the kernel sees exactly one CPU device, as a Colab user would
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    monkeypatch.setenv("SOCL_NB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' temporary folders
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     checks = CHECKS.get(name, ["True"])  # test_every_notebook_is_checked wants an entry
     notebook.cells.append(nbformat.v4.new_code_cell(
