@@ -35,8 +35,15 @@ def _write(kind: str, out, features, splits, metadata: dict) -> Path:
         writable_dir("out", out)  # a read-only folder: one line, before any example
     except ValueError as error:
         raise RecordsError(str(error)) from None
+    import contextlib
+    import io
+
+    from ebm_jax.data.records import _tfds
+
+    _tfds().display_progress_bar(False)  # its bars and lines say nothing a user can act on
     try:
-        builder.download_and_prepare()
+        with contextlib.redirect_stdout(io.StringIO()):
+            builder.download_and_prepare()
     except OSError as error:  # e.g. a disk that fills up while writing
         raise RecordsError(f"out: could not write {path}: {error.strerror or error}"
                            + (f" ({error.filename})" if error.filename else "")) from None

@@ -158,7 +158,7 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
     for m, label in choice.items():
         settings, index, sigmas = candidates[m][label]
         ctx.log(f"validation: {m} takes {label} (mean IoU after refinement "
-                f"{sum(scores[m][label]) / len(scores[m][label]):.3f})")
+                f"{100 * sum(scores[m][label]) / len(scores[m][label]):.1f}%)")
         refinement["validation"][m] = [_probe_row(probes[(m, seed, label)], index)
                                        for seed in seeds]
         refinement["test"][m] = [_probe_row(probe_box_head(

@@ -176,7 +176,7 @@ def run_arms(env, ctx, arms: Sequence[Arm], seeds: Sequence[int],
                 row = {"seed": seed, **stages.scores(recs, sequences)}
                 rows[set_name][arm.label].append(row)
                 records[set_name][arm.label][seed] = recs
-                ctx.log(f"{arm.label} (seed {seed}) on {set_name}: AUC {row['auc']:.3f}, "
-                        f"precision {row['precision']:.3f}, AO {row['ao']:.3f}, "
-                        f"{row['fps'] or 0:.1f} FPS")
+                ctx.log(f"{arm.label} (seed {seed}) on {set_name}: AUC "
+                        f"{100 * row['auc']:.1f}, precision {100 * row['precision']:.1f}, "
+                        f"AO {100 * row['ao']:.1f} (%), {row['fps'] or 0:.1f} FPS")
     return ArmResults(rows=rows, records=records, trained=trained, static=static)
