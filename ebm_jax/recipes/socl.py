@@ -46,6 +46,7 @@ import math
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.contrastive.socl import SoCLSettings
 from ebm_jax.recipes import socl_arms as arms_lib
+from ebm_jax.recipes import socl_diagnostics
 from ebm_jax.recipes import socl_stages as stages
 from ebm_jax.recipes import sparse_boxes
 from ebm_jax.recipes import tracking
@@ -69,7 +70,10 @@ class Config(tracking.Config):
     experiment: str = "table1"
     points: str = "clean"  # SoCL's point annotations: "clean" (box centres) or "noisy"
     annotate_every: int = 2  # annotated frames: every this-many-th frame
-    top_temperature: float = 1.0  # softmax temperature of the TOP map (the paper names none)
+    # softmax temperature of the TOP map (the paper names none): a number > 0, or
+    # "calibrated": set per feature grid so that the theta_b mass covers about the
+    # target's extent estimated from the proposals (`socl_stages.top_temperature`)
+    top_temperature: float | str = 1.0
     videos: int = 12  # N: videos per batch (2N frames; the paper: 96 videos, batch 192)
     socl_steps: int = 300
     socl_lr: float = 3e-4
@@ -87,6 +91,17 @@ class Config(tracking.Config):
     include_positive: bool = SoCLSettings.include_positive
     symmetric: bool = SoCLSettings.symmetric
     mix_scope: str = SoCLSettings.mix_scope
+    # fine-tuning that keeps a start (SiamRPN++'s; `ebm_jax.tracking.socl_siam`):
+    # "none" or a backbone level (resnet18: conv1 (the stem), layer1, layer2, layer3;
+    # alexnet: conv1-conv4) that, with every level before it, keeps its start;
+    # the backbone's (every level but the embedding's) learning rate x this, in (0, 1];
+    # every batch norm on its start's statistics
+    freeze: str = "none"
+    backbone_lr_scale: float = 1.0
+    freeze_bn: bool = False
+    # the diagnostics of every report (`socl_diagnostics`): pairs of regions of the
+    # validation split (the test split without one); 0: none
+    diagnostic_pairs: int = 32
     theta_b_sweep: tuple[float, ...] = (0.5, 0.65, 0.8, 0.95)
     b_p_sweep: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
     alphas: tuple[float, ...] = (0.3, 0.5, 0.7)
@@ -123,8 +138,31 @@ class Config(tracking.Config):
                               "experiment (it is measured on held-out training sequences, "
                               "never on the test split)")
         c.int_range("videos", 2)
-        c.int_range("input_size", 87, 1024)
-        for f in ("top_temperature", "socl_lr", "tau", "context_side", "box_seconds",
+        c.int_range("input_size", 1, 1024)
+        exemplar = tstages.SIAMFC.exemplar_size
+        if self.input_size < exemplar:
+            raise ConfigError(
+                f"--config.input_size must be >= {exemplar} (SiamFC's exemplar), got "
+                f"{self.input_size}: a context region smaller than the exemplar the "
+                "tracker correlates gives a feature grid smaller than its template")
+        if self.top_temperature != "calibrated" and (
+                isinstance(self.top_temperature, (str, bool))
+                or not isinstance(self.top_temperature, (int, float))
+                or not (math.isfinite(self.top_temperature) and self.top_temperature > 0)):
+            raise ConfigError(f"--config.top_temperature must be a finite number > 0 or "
+                              f"'calibrated', got {self.top_temperature!r}")
+        from ebm_jax.models.tracking_backbones import backbone_class
+        from ebm_jax.tracking.socl_siam import freeze_levels
+
+        levels = freeze_levels(backbone_class(self.backbone))
+        if self.freeze not in ("none", *levels):
+            raise ConfigError(f"--config.freeze must be 'none' or a level of the "
+                              f"{self.backbone} backbone before its embedding "
+                              f"({', '.join(levels)}), got {self.freeze!r}")
+        c.float_range("backbone_lr_scale", 0.0, 1.0, open_low=True)
+        c.boolean("freeze_bn")
+        c.int_range("diagnostic_pairs", 0, 1024)
+        for f in ("socl_lr", "tau", "context_side", "box_seconds",
                   "failure_radius",
                   "point_seconds", "box_fee", "point_fee", "gpu_hour_fee"):
             c.positive(f)
@@ -156,7 +194,7 @@ class Config(tracking.Config):
 PRESETS = {
     "quick": {},
     "tiny": dict(tracking.TINY_DATA, num_train_sequences=4, steps=2, batch_size=2,
-                 socl_steps=2, videos=2, input_size=95, context_side=64.0,
+                 socl_steps=2, videos=2, input_size=127, context_side=64.0,
                  annotate_every=2, strip_sequences=0, theta_b_sweep=(0.5, 0.8),
                  b_p_sweep=(0.6,), alphas=(0.5,)),
     # GOT-10k train: 1000 epochs of 9335 videos / 96 per batch, lr x 0.1 at 500
@@ -342,6 +380,7 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
         split = "generated-test"
         eval_sets = {split: (data.identity[split], data.eval_sets[split])}
     res = run_arms(env, ctx, arms, cfg.seeds, eval_sets, tracker_crop=cfg.tracker_crop)
+    diagnostics = socl_diagnostics.run_diagnostics(env, arms, res.trained, validation)
     experiment = EXPERIMENTS[cfg.experiment]
     extra = experiment.after(env, arms, res, eval_sets) if experiment.after else None
     rows = res.rows[split]
@@ -357,5 +396,6 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
                               split=split.removeprefix("generated-"),
                               pairs=pairs_of(arms), paper=EXPERIMENTS[cfg.experiment].paper,
                               tops=tops, train=data.train, budget=budget, extra=extra,
+                              diagnostics=diagnostics,
                               start=tracking.backbone_start(cfg, ctx, data)
                               if cfg.init == "moco" else None)

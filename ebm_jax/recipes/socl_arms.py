@@ -213,16 +213,19 @@ def table5(cfg) -> list[Arm]:
 
 # The LST study's variants (`lst`): each changes one choice the paper leaves open or
 # does not state, from the recipe's defaults ("paper": TOP temperature 1, the config's
-# region, b_p 0.6, eq. 9 without the positive in its denominator, eq. 10 for z_i and
-# z_j, mix-ups of the batch's hardest SNS). b_p acts on the LSTs alone.
+# region, b_p 0.6, eq. 9 without the positive in its denominator, eq. 10 for z_i alone
+# as printed, mix-ups of the batch's hardest SNS). b_p acts on the LSTs alone. Until
+# the study chose the printed eq. 10, the default was the symmetrised form: its variant
+# is now "symmetrised eq. 10" (it was "eq. 10 for z_i only" the other way round).
 LST_VARIANTS = {
     "paper": (),
     "TOP temperature 4": (("top_temperature", 4.0),),
+    "TOP temperature calibrated": (("top_temperature", "calibrated"),),
     "region 216 px": (("context_side", 216.0),),
     "b_p 0.9": (("b_p", 0.9),),
     "b_p 0.3": (("b_p", 0.3),),
     "InfoNCE denominator": (("include_positive", True),),
-    "eq. 10 for z_i only": (("symmetric", False),),
+    "symmetrised eq. 10": (("symmetric", True),),
     "own-pair mix-ups": (("mix_scope", "pair"),),
 }
 LST_ONLY = ("b_p",)  # settings that change nothing without LSTs

@@ -70,11 +70,12 @@ def annotated_frames(seq, kind: str, every: int) -> np.ndarray:
 TOP_SETTINGS = TopMapSettings()
 
 
-def top_cache(ctx, sequences, data_identity, kind: str, every: int) -> dict:
+def top_cache(ctx, sequences, data_identity, kind: str, every: int, *,
+              name: str = "top") -> dict:
     """{sequence index: {"frames", "boxes", "scores", "seconds"}}: the TOP proposals of
     every annotated frame (every `every`-th with a usable `kind` point), computed once
     (`top_boxes`, sec. 3.1) with a progress bar, one file per sequence in an
-    `ItemCache` (resumes; `--restart` computes them again)."""
+    `ItemCache` (resumes; `--restart` computes them again) named `<name>-<kind>-<hash>`."""
     from tqdm.auto import tqdm
 
     from ebm_jax.tracking.top_maps import top_boxes
@@ -82,7 +83,7 @@ def top_cache(ctx, sequences, data_identity, kind: str, every: int) -> dict:
     settings = TOP_SETTINGS
     identity = {"data": data_identity, "points": kind, "every": every,
                 "settings": dataclasses.asdict(settings)}
-    cache = ItemCache(ctx, ctx.stage_dir(f"top-{kind}", identity), identity,
+    cache = ItemCache(ctx, ctx.stage_dir(f"{name}-{kind}", identity), identity,
                       what="TOP cache")
     plan = [(i, seq, annotated_frames(seq, kind, every)) for i, seq in enumerate(sequences)]
     out = {}
@@ -173,8 +174,11 @@ def pseudo_box_sequences(sequences, tops: dict, kind: str, alpha: float):
 
 
 # SoCLSettings fields added after stages were first cached: a stage records them only
-# where they differ from their defaults, so that the stages of the settings before them
-# keep their identities
+# where they differ from the values every stage had before them, so that those stages
+# keep their identities. eq. 10's form is recorded unless it is the symmetrised one:
+# the printed form (symmetric=False), the default since the LST study chose it on the
+# validation split, is always recorded, so no stage cached under the old default (the
+# symmetrised loss, recorded by no key) is taken for one of the new default.
 _LATER_FIELDS = {"symmetric": True, "mix_scope": "batch"}
 
 
@@ -199,47 +203,129 @@ def socl_settings(cfg, overrides=()):
     return dataclasses.replace(base, **dict(overrides))
 
 
+# frames of the training split the TOP temperature is calibrated on
+CALIBRATION_FRAMES = 64
+
+
+def calibration_maps(cfg, sequences, tops: dict, kind: str, embedding_grid, seed: int):
+    """(maps (F, g, g) at temperature 1, target cells (F,)) of up to CALIBRATION_FRAMES
+    annotated frames (drawn with `seed`): each frame's region of `context_side` centred
+    on its point, as the training regions without their jitter; the target's extent
+    in cells is that of the box of the proposals' extent (`proposal_extent`) centred on
+    the point (`box_cells`). No true box is read."""
+    from ebm_jax.data.socl_pairs import region_boxes, region_top_map
+    from ebm_jax.tracking.top_maps import box_cells, proposal_extent
+
+    rows = [(i, r) for i in sorted(tops) for r in range(len(tops[i]["frames"]))
+            if np.isfinite(tops[i]["scores"][r]).any()]
+    if not rows:
+        raise ValueError("no annotated frame with TOP proposals to calibrate the TOP "
+                         "temperature on")
+    pick = np.random.default_rng(seed).permutation(len(rows))[:CALIBRATION_FRAMES]
+    grid = embedding_grid(cfg.input_size)
+    maps, cells = [], []
+    for i, r in (rows[k] for k in sorted(pick)):
+        top, t = tops[i], int(tops[i]["frames"][r])
+        px, py = point_annotations(sequences[i], kind)[t]
+        centre = (py - 1.0, px - 1.0)
+        maps.append(region_top_map(top["boxes"][r], top["scores"][r], centre,
+                                   cfg.context_side, cfg.input_size, 1.0, embedding_grid))
+        w, h = proposal_extent(top["boxes"][r], top["scores"][r])
+        box = region_boxes(np.array([px - (w - 1) / 2, py - (h - 1) / 2, w, h]), centre,
+                           cfg.context_side, cfg.input_size)
+        cells.append(int(box_cells(box, grid).sum()))
+    return np.stack(maps), np.asarray(cells)
+
+
+def top_temperature(cfg, ctx, sequences, tops: dict, kind: str, embedding_grid,
+                    theta: float) -> tuple[float, dict | None]:
+    """(temperature, calibration record or None): `cfg.top_temperature` when it is a
+    number; with "calibrated", the temperature of this feature grid at which the
+    `theta` (theta_b) mass of the TOP maps covers about the target's extent estimated
+    from the proposals (`top_maps.calibrate_temperature`, on `calibration_maps`)."""
+    from ebm_jax.tracking.top_maps import calibrate_temperature
+
+    if cfg.top_temperature != "calibrated":
+        return float(cfg.top_temperature), None
+    maps, cells = calibration_maps(cfg, sequences, tops, kind, embedding_grid,
+                                   ctx.seed_of("top-temperature", "frames"))
+    temperature, record = calibrate_temperature(maps, cells, theta)
+    record["median_target_cells"] = float(np.median(cells))
+    return temperature, record
+
+
+def fine_tune_identity(cfg) -> dict:
+    """The fine-tuning options a SoCL stage's identity records: those that differ from
+    training everything at one rate with batch statistics (the stages before them)."""
+    out = {}
+    if cfg.freeze != "none":
+        out["freeze"] = cfg.freeze
+    if cfg.backbone_lr_scale != 1.0:
+        out["backbone_lr_scale"] = float(cfg.backbone_lr_scale)
+    if cfg.freeze_bn:
+        out["freeze_bn"] = True
+    return out
+
+
 def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                overrides, seed: int, *, label: str = "SoCL-Siam", data=None) -> Trained:
     """The SoCL-Siam stage of one arm and training seed (resumes): the backbone's start
     (`build_model`: random, ImageNet's where `cfg.pretrained`, MoCo's on `data` with
     `init="moco"`),
     Adam (lr x 0.1 after `socl_lr_drop` of the steps, as the paper's drop at epoch 500
-    of 1000), loss (10) on `context_batches`. Every arm of a seed starts from the same
-    weights and sees the same batch order (paired comparisons)."""
+    of 1000), loss (10) on `context_batches` with TOP maps at `top_temperature`. The
+    fine-tuning options (`socl_siam`): levels up to `cfg.freeze` keep their start
+    (parameters and batch-norm statistics), the backbone's updates x
+    `backbone_lr_scale`, every batch norm on its start's statistics with `freeze_bn`.
+    Every arm of a seed starts from the same weights and sees the same batch order
+    (paired comparisons)."""
     import optax
 
     from ebm_jax.data.pipeline import stream_steps
     from ebm_jax.data.socl_pairs import context_batches
     from ebm_jax.recipes.tracking_stages import backbone_identity, build_model
-    from ebm_jax.tracking.socl_siam import make_socl_siam_loss
+    from ebm_jax.tracking import socl_siam
     from ebm_jax.train import create_train_state, make_train_step, merge_model
     from ebm_jax.train.stages import TrainStage
 
     settings = socl_settings(cfg, overrides)
     name = f"socl-s{seed}"
+    model = build_model(cfg, ctx, name, data)
+    temperature, calibration = top_temperature(cfg, ctx, sequences, tops, kind,
+                                               model.embedding_grid, settings.theta_b)
+    if calibration is not None:
+        ctx.log(f"stage {name} ({label}): TOP temperature {temperature:.3g}, calibrated "
+                f"on {calibration['frames']} frames (the theta_b mass covers the "
+                f"proposals' extent, a median {calibration['median_target_cells']:g} "
+                "cells)")
     identity = {"data": data_identity, "points": kind, "every": cfg.annotate_every,
                 "top": dataclasses.asdict(TOP_SETTINGS),
-                "top_temperature": cfg.top_temperature, "socl": settings_identity(settings),
+                "top_temperature": temperature, "socl": settings_identity(settings),
                 "width": cfg.width, "steps": cfg.socl_steps, "videos": cfg.videos,
                 "lr": cfg.socl_lr, "lr_drop": cfg.socl_lr_drop, "input": cfg.input_size,
                 "context_side": cfg.context_side, "jitter": [cfg.shift_jitter,
                                                              cfg.scale_jitter],
-                "max_gap": cfg.max_gap, "seed": seed, **backbone_identity(cfg, data)}
+                "max_gap": cfg.max_gap, "seed": seed, **fine_tune_identity(cfg),
+                **backbone_identity(cfg, data)}
     every = max(1, cfg.socl_steps // 20)
     stage = TrainStage(name, identity, cfg.socl_steps, log_every=every, save_every=every * 5)
-    model = build_model(cfg, ctx, name, data)
+    socl_siam.freeze_batch_norm(model, cfg.freeze, every=cfg.freeze_bn)
+    trainable = socl_siam.trainable_filter(model, cfg.freeze)
     drop = max(1, int(round(cfg.socl_lr_drop * cfg.socl_steps)))
     schedule = optax.piecewise_constant_schedule(cfg.socl_lr, {drop: 0.1})
     opt = optax.adam(schedule)
-    graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"))
-    step = make_train_step(graphdef, make_socl_siam_loss(settings), opt, ctx.mesh)
+    if cfg.backbone_lr_scale != 1.0:
+        opt = optax.chain(opt, socl_siam.scale_backbone_updates(model,
+                                                                cfg.backbone_lr_scale))
+    graphdef, state = create_train_state(model, opt, stage.key(ctx, "train"), trainable)
+    step = make_train_step(graphdef, socl_siam.make_socl_siam_loss(settings), opt, ctx.mesh,
+                           trainable=trainable)
     points = [point_annotations(s, kind) for s in sequences]
     batches = context_batches(sequences, tops, points=points, videos=cfg.videos,
                               max_gap=cfg.max_gap, seed=ctx.seed_of(name, "batches"),
                               input_size=cfg.input_size, context_side=cfg.context_side,
                               shift_jitter=cfg.shift_jitter, scale_jitter=cfg.scale_jitter,
-                              temperature=cfg.top_temperature,
+                              temperature=temperature,
                               embedding_grid=model.embedding_grid)
     batches = stream_steps(batches, cfg.socl_steps)
     ctx.log(f"stage {name} ({label}): {cfg.socl_steps} steps of {cfg.videos} videos x "

@@ -132,14 +132,64 @@ def _fps_cell(label: str, rows: Sequence[dict]) -> str:
     return f"{label} {np.median(fps):.1f} [{min(fps):.1f}, {max(fps):.1f}]"
 
 
+# the diagnostics' columns (`ebm_jax.eval.backbone_diagnostics.diagnose`)
+DIAGNOSTICS = (("uniformity", "cells' uniformity"), ("contrast", "response contrast"),
+               ("identification", "target identified"), ("positive", "positive"),
+               ("hardest_negative", "hardest negative"),
+               ("pair_accuracy", "positive beats hardest"))
+
+
+def diagnostics_markdown(diag: Mapping) -> list[str]:
+    """The diagnostics section: the TOP maps' check and one row per backbone (the
+    start, then each arm's), mean +- sd over seeds."""
+    top = diag["top_check"]
+    at_t, at_1 = top["temperature"], top["at_1"]
+    cal = diag.get("calibration")
+    how = (f"calibrated on {cal['frames']} training frames from the proposals' extent "
+           f"(a median {cal['median_target_cells']:g} cells)" if cal else "as configured")
+    lines = [f"Diagnostics on {diag['pairs']} pairs of regions of {diag['sequences']} "
+             f"{diag['split']}-split sequences (frame i centred on the target, frame j "
+             "moved; the target cells are those inside the true box).\n",
+             f"- TOP maps at temperature {at_t['temperature']:.3g} ({how}): "
+             f"{100 * at_t['target_cells_in_sns_pool']:.0f}% of the target cells left in "
+             f"the SNS pool (theta_b {diag['theta_b']:g}); the theta_b mass covers "
+             f"{at_t['mass_over_target_cells']:.2f}x the target's cells (median; "
+             f"{top['median_target_cells']:g} cells). At temperature 1: "
+             f"{100 * at_1['target_cells_in_sns_pool']:.0f}% and "
+             f"{at_1['mass_over_target_cells']:.2f}x.",
+             "- Cells' uniformity: mean cosine of a cell to its map's mean (1: every cell "
+             "alike). Response contrast: on frame j, the cosine with frame i's target "
+             "template, (target mean - background mean) / sd. Target identified: the "
+             "best cell of that response is a target cell. Positive / hardest negative: "
+             "SoCL's GST cosine of the pair and of its most similar negative (other "
+             "videos' GSTs, SNS, mix-ups), with the fraction of queries whose positive "
+             "beats it.\n"]
+    head = ["backbone"] + [h for _, h in DIAGNOSTICS]
+    body = []
+    for label, rs in diag["rows"].items():
+        cells = []
+        for key, _ in DIAGNOSTICS:
+            vals = [r[key] for r in rs if r.get(key) is not None]
+            scale = 100 if key in ("identification", "pair_accuracy") else 1
+            fmt_ = ".0f" if scale == 100 else ".2f"
+            cells.append(mean_sd_cell(vals, fmt_, scale) if vals else "-")
+        body.append([label] + cells)
+    lines.append(markdown_table(head, body, align="l" + "r" * len(DIAGNOSTICS)))
+    return lines
+
+
 def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row: dict, *,
                 pairs: Sequence[tuple[str, str]], paper: str, tops: Mapping, train,
                 budget: Mapping | None, extra: Mapping | None = None,
-                split: str = "test", start: Mapping | None = None) -> Report:
+                split: str = "test", start: Mapping | None = None,
+                diagnostics: Mapping | None = None) -> Report:
     """The table of `arms` (mean +- sd over seeds), the paired differences a - b of
-    `pairs` (the experiment's table says which), the paper's figures (`paper`), TOP-map
-    recall and times, budgets and fees, and the plot of the experiment. `split`: the
-    generated split the rows were tracked on ("test", or "validation")."""
+    `pairs` (the experiment's table says which), the paper's figures (`paper`), the
+    diagnostics of every backbone on held-out regions (`diagnostics`, from
+    `ebm_jax.recipes.socl_diagnostics`; beside every table, so that one that reverses
+    the paper says why), TOP-map recall and times, budgets and fees, and the plot of the
+    experiment. `split`: the generated split the rows were tracked on ("test", or
+    "validation")."""
     labels = [a.label for a in arms]
     exp = cfg.experiment
     spread = f"mean +- sd over seeds {list(cfg.seeds)}" if len(cfg.seeds) > 1 else "one seed"
@@ -166,6 +216,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
              for k, p in diffs.items()]
     md.append("Paired differences:\n\n" + "\n".join(lines) + "\n")
     md.append(f"The paper: {paper}.\n")
+    if diagnostics is not None:
+        md += diagnostics_markdown(diagnostics)
     if start is not None:  # the MoCo-pretrained backbone every arm starts from
         md.append(start_markdown(start["probe"], start["settings"]) + "\n")
     payload = {"experiment": f"socl-{exp}", "split": split,
@@ -174,6 +226,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
                "training": training, "budget": budget}
     if start is not None:
         payload["start"] = start
+    if diagnostics is not None:
+        payload["diagnostics"] = diagnostics
     figures = {}
     if budget:
         md.append(markdown_table(["arm", "sequences", "annotated frames"],

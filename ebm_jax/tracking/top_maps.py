@@ -12,6 +12,11 @@ covering it (`score_map`); a softmax over the locations of a feature grid
     boxes, scores = top_boxes(frame, point)          # (<= 64, 4) xywh, sorted by score
     h = grid_softmax(top_map(frame, point), (17, 17))  # (17, 17), sums to 1
 
+The softmax's temperature (the paper names none) can be set per feature grid from the
+proposals alone (`calibrate_temperature`): the temperature at which the theta_b mass of
+the maps covers about as many cells as the target's extent estimated from the kept
+proposals (`proposal_extent`, `box_cells`), no box needed.
+
 Conventions: frames are uint8 RGB (H, W, 3); boxes are (x, y, w, h) in the GOT-10k / OTB
 convention (1-indexed pixels: a box covers [x - 1, x - 1 + w] between pixel edges,
 0-indexed), and a point (x, y) is a box centre in that convention, x + (w - 1) / 2, as
@@ -37,9 +42,10 @@ from ebm_jax.ops.boxes import greedy_nms as nms
 from ebm_jax.ops.score_maps import grid_softmax, score_map
 from ebm_jax.tracking import objectness as cues
 
-__all__ = ["TopMapSettings", "edgebox_proposals", "grid_softmax", "nms", "objectness",
-           "pseudo_box", "random_proposals", "recall_at", "score_map", "top_boxes",
-           "top_map"]
+__all__ = ["TEMPERATURE_CANDIDATES", "TopMapSettings", "box_cells", "calibrate_temperature",
+           "edgebox_proposals", "grid_softmax", "mass_cells", "nms", "objectness",
+           "proposal_extent", "pseudo_box", "random_proposals", "recall_at", "retemper",
+           "score_map", "top_boxes", "top_map"]
 
 
 def _range_error(name: str, allowed: str, value) -> ValueError:
@@ -283,3 +289,105 @@ def recall_at(kept_boxes_per_frame: list[np.ndarray], true_boxes: np.ndarray, ks
     if not firsts:
         return np.full(len(ks), np.nan)
     return (np.asarray(firsts)[None, :] < ks[:, None]).mean(axis=1)
+
+
+# --------------------------------------------------------------------------- temperature
+
+# The temperatures `calibrate_temperature` chooses from: 2^(k/2), 0.5 to 64
+TEMPERATURE_CANDIDATES = tuple(2.0 ** (k / 2) for k in range(-2, 13))
+
+
+def proposal_extent(boxes, scores, top: int = 8) -> np.ndarray:
+    """(2,) (w, h) in frame px: the target's extent estimated without its box, the
+    score-weighted mean width and height of the `top` best kept TOP proposals (rows of
+    NaN, where a frame kept fewer, are skipped; equal weights when every score is 0).
+    `top_boxes` sorts its proposals by score; at 8 they hold the target at IoU 0.5 in
+    90% of the quick profile's training frames (SoCL Fig. 4's recall, docs/socl.md)."""
+    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
+    scores = np.asarray(scores, np.float64).reshape(-1)
+    if len(scores) != len(boxes):
+        raise ValueError(f"scores ({len(scores)}) must match boxes ({len(boxes)})")
+    if not _is_int(top) or top < 1:
+        raise _range_error("top", "an integer >= 1", top)
+    ok = np.all(np.isfinite(boxes), axis=1) & np.isfinite(scores)
+    boxes, scores = boxes[ok][:top], scores[ok][:top]
+    if not len(boxes):
+        raise ValueError("proposal_extent needs at least one finite proposal")
+    w = np.clip(scores, 0.0, None)
+    w = np.ones_like(w) if w.sum() <= 0 else w
+    return (w[:, None] * boxes[:, 2:]).sum(0) / w.sum()
+
+
+def box_cells(box, grid) -> np.ndarray:
+    """(g, g) bool: the cells of a feature grid whose centre lies inside `box` (xywh in
+    the grid's input pixels, 1-indexed as `top_maps`' boxes; the coverage rule of the
+    module docstring), or, where none does, the one cell nearest the box's centre.
+    grid = (g, stride, offset): cell k is centred on input pixel offset + stride k
+    (0-indexed; a backbone's `embedding_grid(size)`)."""
+    x, y, w, h = (float(v) for v in np.asarray(box, np.float64).reshape(4))
+    g, stride, offset = grid
+    if not (_is_int(g) and g >= 1 and stride > 0) or not np.all(np.isfinite([x, y, w, h])):
+        raise ValueError(f"box must be finite xywh and grid (g >= 1, stride > 0, offset), "
+                         f"got {box!r}, {grid!r}")
+    centres = offset + stride * np.arange(g)
+    cols = (centres >= x - 1.5) & (centres < x + w - 1.5)
+    rows = (centres >= y - 1.5) & (centres < y + h - 1.5)
+    mask = rows[:, None] & cols[None, :]
+    if not mask.any():
+        cx, cy = x - 1 + (w - 1) / 2, y - 1 + (h - 1) / 2  # 0-indexed centre
+        mask[np.argmin(np.abs(centres - cy)), np.argmin(np.abs(centres - cx))] = True
+    return mask
+
+
+def retemper(h, temperature) -> np.ndarray:
+    """(..., gh, gw) float64: TOP maps at temperature T from the same maps at 1
+    (`grid_softmax`: softmax(m / T) is proportional to softmax(m)^(1 / T)), each summing
+    to 1. Cells at 0 (float underflow at T = 1) are floored at the smallest float32."""
+    if not (isinstance(temperature, (int, float, np.number)) and np.isfinite(temperature)
+            and temperature > 0):
+        raise _range_error("temperature", "a finite number > 0", temperature)
+    h = np.asarray(h, np.float64)
+    logits = np.log(np.maximum(h, np.finfo(np.float32).tiny)) / float(temperature)
+    axes = (-2, -1)
+    e = np.exp(logits - logits.max(axis=axes, keepdims=True))
+    return e / e.sum(axis=axes, keepdims=True)
+
+
+def mass_cells(h, theta) -> np.ndarray:
+    """(N,) int: the number of cells of each TOP map (N, gh, gw) that hold `theta` of its
+    mass (`ebm_jax.contrastive.socl.top_mass_mask`, SoCL eq. 5: the cells the SNS masks
+    out at theta_b)."""
+    from ebm_jax.contrastive.socl import top_mass_mask
+
+    h = np.asarray(h, np.float32)
+    return np.asarray(top_mass_mask(h.reshape(len(h), -1), theta)).sum(axis=1)
+
+
+def calibrate_temperature(maps, target_cells, theta,
+                          candidates=TEMPERATURE_CANDIDATES) -> tuple[float, dict]:
+    """(T, record): the TOP maps' softmax temperature for one feature grid, from the
+    maps at temperature 1 of F frames (F, g, g) and the target's estimated extent in
+    cells on each (F,) (`box_cells` of the `proposal_extent` box at the point): the
+    candidate whose maps' theta mass (`mass_cells`, the cells the SNS masks out at
+    theta_b, SoCL eqs. 5-6) covers about the target, by the median over frames of
+    mass cells / target cells closest to 1 in log; where candidates tie, the middle one.
+    The count rises with T (a flatter map needs more cells for the same mass). record:
+    {"candidates", "median_ratio", "frames"}."""
+    maps = np.asarray(maps, np.float64)
+    target = np.asarray(target_cells, np.float64).reshape(-1)
+    if maps.ndim != 3 or len(maps) != len(target) or not len(maps):
+        raise ValueError(f"maps must be (F, gh, gw) with F >= 1 and target_cells (F,), got "
+                         f"{maps.shape} and {target.shape}")
+    if not np.all(target >= 1):
+        raise ValueError("target_cells must be >= 1 (box_cells gives at least one)")
+    candidates = tuple(float(t) for t in candidates)
+    if not candidates or not all(np.isfinite(t) and t > 0 for t in candidates):
+        raise _range_error("candidates", "a non-empty tuple of finite numbers > 0",
+                           candidates)
+    ratios = [float(np.median(mass_cells(retemper(maps, t), theta) / target))
+              for t in candidates]
+    error = np.round(np.abs(np.log(ratios)), 12)
+    best = np.flatnonzero(error == error.min())
+    chosen = candidates[int(best[(len(best) - 1) // 2])]
+    return chosen, {"candidates": list(candidates), "median_ratio": ratios,
+                    "frames": int(len(maps))}

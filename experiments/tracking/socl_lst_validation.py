@@ -4,9 +4,11 @@ SoCL's local soft templates (LST) on a validation split: +mix-up against +LST (T
 last step; Wu & Chan, "Learning Tracking Representations from Single Point
 Annotations", sec. 3.2.3 and 4.2) under each variant of the choices the paper leaves
 open: the TOP maps' softmax temperature (the paper gives none; at 1 the map is very
-peaked), the context region, b_p (theta_p ~ U[b_p, 1)), the positive in eq. 9's
-denominator (InfoNCE) or not (as printed), eq. 10 for z_i and z_j or for z_i alone (as
-printed), mix-ups of the batch's hardest SNS or of the query's own pair.
+peaked; 4, or calibrated per feature grid from the proposals' extent), the context
+region, b_p (theta_p ~ U[b_p, 1)), the positive in eq. 9's denominator (InfoNCE) or not
+(as printed), eq. 10 for z_i alone (as printed, the default this study chose) or
+symmetrised over z_i and z_j, mix-ups of the batch's hardest SNS or of the query's own
+pair.
 
 Every arm trains on the generated training split less its last 10 sequences and tracks
 those 10 alone: the test split is never seen, so the variant chosen here can then be

@@ -282,14 +282,15 @@ def test_negative_counts(settings, count):
     assert float(metrics["num_negatives"]) == count
 
 
-def test_metrics_by_hand():
+@pytest.mark.parametrize("symmetric", [False, True])  # eq. 10 as printed (default), or both
+def test_metrics_by_hand(symmetric):
     fi, fj, hi, hj = socl_inputs()
-    s = SoCLSettings(use_sns=False, use_lst=False)
+    s = SoCLSettings(use_sns=False, use_lst=False, symmetric=symmetric)
     _, m = socl_loss(*f32(fi, fj, hi, hj), jax.random.key(0), s)
     zi = [np_unit(np_gst(fi[v].reshape(16, 6), hi[v])) for v in range(3)]
     zj = [np_unit(np_gst(fj[v].reshape(16, 6), hj[v])) for v in range(3)]
     pos, hard = [], []
-    for q, p in ((zi, zj), (zj, zi)):
+    for q, p in ((zi, zj), (zj, zi))[:2 if symmetric else 1]:
         for v in range(3):
             pos.append(q[v] @ p[v])
             hard.append(max(q[v] @ z[w] for z in (zi, zj) for w in range(3) if w != v))

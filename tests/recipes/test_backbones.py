@@ -147,7 +147,7 @@ def test_resnet18_from_a_pretrained_file_trains_and_tracks(tmp_path):
 
 @pytest.mark.slow
 def test_socl_table3_on_resnet18_uses_its_grid_and_filter_levels(tmp_path):
-    """SoCL's TOP maps lie on the padded backbone's 20 x 20 grid of a 159 region (the
+    """SoCL's TOP maps lie on the padded backbone's 16 x 16 grid of a 127 region (the
     loss refuses a map off the feature grid), and the filter takes conv1 + layer3."""
     cfg = tiny("--config.backbone=resnet18", config="socl_table3_cf.py")
     report = run_experiment(cfg, workdir=tmp_path / "runs", out=tmp_path / "out",

@@ -59,6 +59,17 @@ def test_table1_tiny_writes_every_arm_tables_and_plots(table1_run):
     assert "Paired differences" in md and "The paper:" in md and "TOP maps" in md
     for name in ("auc.png", "top_recall.png"):
         assert (out / name).stat().st_size > 2000, name
+    # the diagnostics of the start and of every trained backbone, on held-out pairs
+    # (tiny has no validation split: the test split's)
+    diag = payload["diagnostics"]
+    assert diag["split"] == "test" and diag["pairs"] > 0 and diag["temperature"] == 1.0
+    assert list(diag["rows"]) == ["start", "GST", "+SNS", "+mix-up", "+LST (SoCL)"]
+    for label, (row,) in diag["rows"].items():
+        assert -1 <= row["uniformity"] <= 1 and 0 <= row["identification"] <= 1, label
+        assert -1 <= row["hardest_negative"] <= 1 and row["pairs"] == diag["pairs"], label
+    check = diag["top_check"]["temperature"]
+    assert 0 <= check["target_cells_in_sns_pool"] <= 1
+    assert "Diagnostics on" in md and "target cells left in the SNS pool" in md
     # one stage directory per arm (different identities), one TOP cache
     runs = root / "runs"
     assert len([p for p in runs.iterdir() if p.name.startswith("socl-s0-")]) == 4
@@ -142,10 +153,25 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.sparse_every=0", "--config.sparse_every"),
     ("--config.sparse_every_sweep=5,0", "--config.sparse_every_sweep"),
     ("--config.failure_radius=0", "--config.failure_radius"),
+    ("--config.top_temperature=0", r"--config.top_temperature must be a finite number > 0 "
+                                   r"or 'calibrated', got 0.0"),
+    ("--config.top_temperature=-2", "--config.top_temperature"),
+    ("--config.top_temperature=warm", "--config.top_temperature.*'warm'"),
+    ("--config.freeze=layer2", r"--config.freeze must be 'none' or a level of the alexnet "
+                               r"backbone before its embedding \(conv1, conv2, conv3, "
+                               r"conv4\), got 'layer2'"),
+    ("--config.freeze=conv5", "--config.freeze"),
+    ("--config.backbone_lr_scale=0", r"--config.backbone_lr_scale must be a number in "
+                                     r"\(0.0, 1.0\]"),
+    ("--config.backbone_lr_scale=-0.1", "--config.backbone_lr_scale"),
+    ("--config.input_size=95", r"--config.input_size must be >= 127 \(SiamFC's exemplar\)"
+                               r".*smaller than the exemplar"),
+    ("--config.diagnostic_pairs=-1", "--config.diagnostic_pairs"),
 ])
 def test_bad_settings_name_the_field(override, message):
-    with pytest.raises(ConfigError, match=message.replace("+", r"\+")):
+    with pytest.raises(ConfigError, match=message.replace("+", r"\+")) as error:
         tiny("table1", override)
+    assert "\n" not in str(error.value)  # one line
 
 
 def test_too_few_videos_and_too_large_budgets_fail_before_training(tmp_path):
@@ -293,15 +319,33 @@ def test_sequences_without_points_fail_or_take_box_centres():
 
 def test_stages_record_the_later_loss_switches_only_when_set():
     """Stages cached before eq. 10's and the mix-ups' switches existed keep their
-    identities: the switches at their defaults are not recorded."""
+    identities: the switches at the values of those stages are not recorded. eq. 10 as
+    printed, the default now, is recorded, so that no stage of the old default (the
+    symmetrised loss) is reused for it."""
     from ebm_jax.contrastive.socl import SoCLSettings
     from ebm_jax.recipes.socl_stages import settings_identity
 
+    assert SoCLSettings().symmetric is False
     ident = settings_identity(SoCLSettings())
-    assert "symmetric" not in ident and "mix_scope" not in ident
+    assert ident["symmetric"] is False and "mix_scope" not in ident
     assert ident["b_p"] == 0.6 and ident["include_positive"] is False
-    assert settings_identity(SoCLSettings(symmetric=False))["symmetric"] is False
+    old_default = settings_identity(SoCLSettings(symmetric=True))
+    assert "symmetric" not in old_default and old_default != ident
     assert settings_identity(SoCLSettings(mix_scope="pair"))["mix_scope"] == "pair"
+
+
+def test_stages_record_the_fine_tuning_options_only_when_set():
+    from ebm_jax.recipes.socl_stages import fine_tune_identity
+
+    assert fine_tune_identity(tiny("table1")) == {}
+    cfg = tiny("table1", "--config.freeze=conv2", "--config.backbone_lr_scale=0.1",
+               "--config.freeze_bn=true")
+    assert fine_tune_identity(cfg) == {"freeze": "conv2", "backbone_lr_scale": 0.1,
+                                       "freeze_bn": True}
+    assert tiny("table1", "--config.backbone=resnet18", "--config.freeze=layer1").freeze == (
+        "layer1")
+    assert tiny("table1", "--config.top_temperature=calibrated").top_temperature == (
+        "calibrated")
 
 
 def test_the_loss_switches_are_config_fields_that_arms_override():
@@ -315,5 +359,40 @@ def test_the_loss_switches_are_config_fields_that_arms_override():
     s = socl_settings(cfg)
     assert (s.symmetric, s.mix_scope, s.include_positive) == (False, "pair", True)
     assert socl_settings(cfg, (("symmetric", True),)).symmetric is True
-    d = socl_settings(tiny("table1"))
-    assert (d.symmetric, d.mix_scope, d.include_positive) == (True, "batch", False)
+    d = socl_settings(tiny("table1"))  # eq. 10 as printed, for z_i alone, by default
+    assert (d.symmetric, d.mix_scope, d.include_positive) == (False, "batch", False)
+
+
+def test_the_top_temperature_is_calibrated_from_the_proposals_alone():
+    """`--config.top_temperature=calibrated`: regions centred on the points, the target's
+    cells from the proposals' extent (no true box: the sequence's boxes are NaN)."""
+    import dataclasses as dc
+
+    from ebm_jax.data.sequences import Sequence
+    from ebm_jax.models.alexnet import SiamFCAlexNet
+    from ebm_jax.recipes.socl_stages import calibration_maps, top_temperature
+    from ebm_jax.tracking.top_maps import box_cells
+
+    points = np.array([[60.5, 50.5]] * 3)
+    seq = Sequence(name="s", frames=("a", "b", "c"), boxes=np.full((3, 4), np.nan),
+                   image_size=(96, 128), absent=np.zeros(3, bool), points=points,
+                   noisy_points=points)
+    boxes = np.array([[[51.0, 41.0, 20.0, 20.0], [41.0, 31.0, 40.0, 40.0]]] * 2)
+    tops = {0: {"frames": np.array([0, 2]), "boxes": boxes,
+                "scores": np.array([[1.0, 0.0]] * 2)}}
+    cfg = tiny("table1", "--config.top_temperature=calibrated")
+    grid = SiamFCAlexNet.embedding_grid
+    maps, cells = calibration_maps(cfg, [seq], tops, "clean", grid, seed=0)
+    assert maps.shape == (2, 6, 6) and np.allclose(maps.sum(axis=(1, 2)), 1.0)
+    # the extent is the best proposal's (the other scores 0): 20 px of a 64 px region
+    # resampled to 127 px, centred on the region's centre
+    side = 20 * 127 / 64
+    expected = box_cells([63 - (side - 1) / 2 + 1, 63 - (side - 1) / 2 + 1, side, side],
+                         grid(127)).sum()
+    assert cells.tolist() == [expected] * 2
+    ctx = dc.make_dataclass("Ctx", [])()
+    ctx.seed_of = lambda stage, purpose: 0
+    t, record = top_temperature(cfg, ctx, [seq], tops, "clean", grid, 0.8)
+    assert t in record["candidates"] and record["frames"] == 2
+    fixed = tiny("table1", "--config.top_temperature=2.5")
+    assert top_temperature(fixed, ctx, [seq], tops, "clean", grid, 0.8) == (2.5, None)

@@ -1,0 +1,129 @@
+"""The backbone diagnostics (`ebm_jax.eval.backbone_diagnostics`) on hand-made feature
+maps with known answers: orthogonal cells, a target of one direction on a background
+of another, TOP maps whose mass sits on or off the target, and two videos whose pairs
+are (or are not) told apart by SoCL's negatives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ebm_jax.contrastive.socl import SoCLSettings
+from ebm_jax.eval import backbone_diagnostics as bd
+
+E = np.eye(4)
+
+
+def target_on_background(target, background, grid=4, rows=slice(1, 3), cols=slice(1, 3)):
+    """One (1, grid, grid, 4) map: `background` everywhere, `target` on rows x cols; and
+    its (1, grid, grid) target mask."""
+    f = np.tile(np.asarray(background, float), (1, grid, grid, 1))
+    mask = np.zeros((1, grid, grid), bool)
+    f[0, rows, cols] = target
+    mask[0, rows, cols] = True
+    return f, mask
+
+
+def test_cell_uniformity_known_answers():
+    alike = np.tile(np.array([1.0, 2.0, 0.0, 0.0]), (1, 3, 3, 1))
+    orthogonal = E.reshape(1, 2, 2, 4)  # four one-hot cells: cos to the mean 1 / 2
+    opposite = np.array([1.0, 0, 0, 0, -1.0, 0, 0, 0]).reshape(1, 1, 2, 4)  # mean 0
+    np.testing.assert_allclose(bd.cell_uniformity(np.concatenate([alike[:, :2, :2],
+                                                                  orthogonal])), [1.0, 0.5])
+    np.testing.assert_allclose(bd.cell_uniformity(opposite), [0.0])
+
+
+def test_response_contrast_and_identification_of_a_clean_target():
+    f, mask = target_on_background(E[0], E[1])
+    z = bd.template(f, mask)
+    np.testing.assert_allclose(z, [E[0]])
+    r = bd.response_map(f, z)
+    np.testing.assert_allclose(r[0], mask[0].astype(float))  # cosine 1 on, 0 off
+    p = 4 / 16  # (1 - 0) / sd of a 0/1 map with a fraction p of ones
+    np.testing.assert_allclose(bd.response_contrast(r, mask), [1 / np.sqrt(p * (1 - p))])
+    assert bd.identification_hits(r, mask).tolist() == [True]
+
+
+def test_a_background_cell_that_beats_the_target_is_a_miss():
+    f, mask = target_on_background((E[0] + E[1]) / np.sqrt(2), E[1])
+    f[0, 0, 0] = E[0]  # a distractor identical to the template
+    r = bd.response_map(f, E[:1])
+    assert bd.identification_hits(r, mask).tolist() == [False]
+    # target mean 0.707, background mean (1 + 11 x 0) / 12
+    expected = (1 / np.sqrt(2) - 1 / 12) / r[0].std()
+    np.testing.assert_allclose(bd.response_contrast(r, mask), [expected])
+
+
+def test_flat_and_degenerate_responses():
+    mask = np.zeros((2, 3, 3), bool)
+    mask[0, 1, 1] = True
+    mask[1] = True  # no background cell
+    contrast = bd.response_contrast(np.full((2, 3, 3), 0.3), mask)
+    assert contrast[0] == 0.0 and np.isnan(contrast[1])
+    with pytest.raises(ValueError, match="target_mask must be"):
+        bd.response_contrast(np.zeros((1, 3, 3)), np.zeros((1, 2, 2), bool))
+
+
+def test_target_cells_in_the_sns_pool():
+    mask = np.zeros((1, 4, 4), bool)
+    mask[0, 3] = True  # the last row: cells 12..15
+    on_target = mask / mask.sum()
+    assert bd.target_cells_in_sns_pool(on_target, mask, 0.8).tolist() == [0.0]
+    # a flat map: 0.8 of its mass is its first 13 cells (ties by index), so cells 13,
+    # 14 and 15 of the target are left to the SNS
+    flat = np.full((1, 4, 4), 1 / 16)
+    np.testing.assert_allclose(bd.target_cells_in_sns_pool(flat, mask, 0.8), [0.75])
+    off_target = np.zeros((1, 4, 4))
+    off_target[0, 0, :2] = 0.5
+    np.testing.assert_allclose(bd.target_cells_in_sns_pool(off_target, mask, 0.8), [1.0])
+
+
+def two_videos(uniform: bool):
+    """Pairs of video 0 (every cell e0) and video 1 (e1); with `uniform` False, their
+    backgrounds are e2 and the targets (one cell) e0 / e1."""
+    f = np.zeros((2, 3, 3, 4))
+    h = np.zeros((2, 3, 3))
+    h[:, 1, 1] = 1.0
+    for v in (0, 1):
+        f[v] = E[v] if uniform else E[2]
+        f[v, 1, 1] = E[v]
+    return f, h
+
+
+def test_pair_similarities_known_answers():
+    """Without SNS the negatives are the other video's GST: positive 1, hardest 0. A
+    map whose cells are all alike gives an SNS equal to its GST: hardest negative 1,
+    the positive never beats it. Backgrounds unlike the target give SNS e2: cosine 0."""
+    f, h = two_videos(uniform=True)
+    no_sns = bd.pair_similarities(f, f, h, h, [0, 1], SoCLSettings(use_sns=False))
+    assert no_sns == {"positive": 1.0, "hardest_negative": 0.0, "accuracy": 1.0,
+                      "queries": 2}
+    collapsed = bd.pair_similarities(f, f, h, h, [0, 1], SoCLSettings(symmetric=True))
+    assert collapsed["hardest_negative"] == pytest.approx(1.0)
+    assert collapsed["accuracy"] == 0.0 and collapsed["queries"] == 4
+    f, h = two_videos(uniform=False)
+    apart = bd.pair_similarities(f, f, h, h, [0, 1], SoCLSettings(use_mix=False))
+    assert apart["positive"] == pytest.approx(1.0)
+    assert apart["hardest_negative"] == pytest.approx(0.0, abs=1e-6)
+    assert apart["accuracy"] == 1.0
+
+
+def test_pairs_are_grouped_into_batches_of_distinct_videos():
+    f, h = two_videos(uniform=True)
+    f4, h4 = np.concatenate([f, f]), np.concatenate([h, h])
+    out = bd.pair_similarities(f4, f4, h4, h4, [0, 1, 0, 1], SoCLSettings(use_sns=False))
+    assert out["queries"] == 4 and out["accuracy"] == 1.0
+    assert bd.pair_similarities(f, f, h, h, [0, 0], SoCLSettings()) is None
+
+
+def test_diagnose_gathers_every_measure():
+    f, h = two_videos(uniform=False)
+    mask = h > 0
+    out = bd.diagnose(f, f, mask, mask, h, h, [0, 1], SoCLSettings(use_mix=False))
+    assert out["pairs"] == 2 and out["identification"] == 1.0
+    # 8 background cells e2 and one target cell e_v: the mean is (8 e2 + e_v) / 9
+    np.testing.assert_allclose(out["uniformity"], (8 * 8 / np.sqrt(65) + 1 / np.sqrt(65)) / 9)
+    np.testing.assert_allclose(out["contrast"], 1 / np.sqrt((1 / 9) * (8 / 9)))
+    assert out["positive"] == pytest.approx(1.0) and out["pair_accuracy"] == 1.0
+    lone = bd.diagnose(f[:1], f[:1], mask[:1], mask[:1], h[:1], h[:1], [0])
+    assert lone["positive"] is None and lone["identification"] == 1.0
