@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true",
                    help="start this config's stages over (other stages are kept)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--compile-cache", default=None, metavar="DIR",
+                   help="JAX's persistent compilation cache: compiled programs kept for "
+                   "reruns (default $JAX_COMPILATION_CACHE_DIR, else <workdir>/.jax-cache;"
+                   " `none`: no cache)")
     p.set_defaults(func=_run)
 
     p = sub.add_parser("show", help="a config's fields, their values and defaults",
@@ -286,6 +290,8 @@ def _run(args, overrides) -> int:
     _headless()
     from ebm_jax.config import load_config, split_spec
     from ebm_jax.recipes import run_experiment
+    from ebm_jax.recipes.runner import default_workdir
+    from ebm_jax.train.compilation import cache_dir, persistent_cache
 
     cfg = load_config(args.config, overrides)
     path, variant = split_spec(args.config)
@@ -296,9 +302,11 @@ def _run(args, overrides) -> int:
     out = args.out or str(Path("results") / path.stem / variant)
     command = " ".join([PROG, *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith(
         PROG) else None
-    report = run_experiment(cfg, workdir=args.workdir, out=out, devices=args.devices,
-                            distributed=args.distributed, restart=args.restart,
-                            progress=not args.no_progress, command=command)
+    cache = cache_dir(args.workdir or default_workdir(cfg), args.compile_cache)
+    with persistent_cache(cache):
+        report = run_experiment(cfg, workdir=args.workdir, out=out, devices=args.devices,
+                                distributed=args.distributed, restart=args.restart,
+                                progress=not args.no_progress, command=command)
     import jax
 
     if jax.process_index() == 0:  # one report for a multi-process run
@@ -380,13 +388,20 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
             OutChangedError)
 
 
+_NOTICES = ("Metadata file does not exist",)  # orbax, reading a step's item folder
+
+
 class _DropRethrown(logging.Filter):
     """Orbax logs an exception of its background threads with a traceback (a failed
     save, a failed read) and then re-raises it in the caller, where the one-line
-    handler below reports it (as CheckpointError, naming the checkpoint)."""
+    handler below reports it (as CheckpointError, naming the checkpoint). Its notices
+    that a user cannot act on (a checkpoint without orbax's optional metadata file,
+    which restores all the same) are dropped too; its errors are kept."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if "raised an exception" in record.getMessage():
+            return False
+        if record.levelno < logging.ERROR and str(record.msg).startswith(_NOTICES):
             return False
         return not (record.exc_info and _through_orbax(record.exc_info[2]))
 

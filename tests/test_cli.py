@@ -119,6 +119,37 @@ def test_ctrl_c_prints_one_line(capsys, tmp_path, monkeypatch):
     assert not (tmp_path / "o").exists()  # no half-written results
 
 
+def test_run_keeps_its_compilation_cache_in_the_work_directory(capsys, tmp_path,
+                                                                monkeypatch):
+    """`--compile-cache`: by default `<workdir>/.jax-cache` (restored to JAX's own
+    setting after the run), `none` for no cache, and one warning line for a cache that
+    cannot be written, the run going on without it."""
+    import jax
+
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "train"))
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    sys.modules.pop("toy_recipe", None)
+    cfg = tmp_path / "toy.py"
+    cfg.write_text(f'"""ebm-jax run {cfg}:tiny\n\nA toy."""\nfrom toy_recipe import Config\n'
+                   'VARIANTS = ("tiny",)\n\n\ndef get_config(v):\n    return Config()\n')
+    before = jax.config.jax_compilation_cache_dir
+    (tmp_path / "file").write_text("")
+    for name, option in (("default", []), ("off", ["--compile-cache", "none"]),
+                         ("unwritable", ["--compile-cache", str(tmp_path / "file" / "c")])):
+        capsys.readouterr()
+        jax.clear_caches()  # so that the run compiles (the cache is made when it does)
+        assert cli.main(["run", str(cfg), "--workdir", str(tmp_path / name), "--out",
+                         str(tmp_path / f"o-{name}"), "--no-progress", *option]) == 0
+        out = capsys.readouterr().out
+        cache = tmp_path / name / ".jax-cache"
+        assert cache.is_dir() == (name == "default"), name
+        warnings = [line for line in out.splitlines() if "compilation cache" in line]
+        assert len(warnings) == (name == "unwritable"), out[-2000:]
+        assert jax.config.jax_compilation_cache_dir == before
+    entries = (tmp_path / "default" / ".jax-cache").iterdir()
+    assert any(p.name.endswith("-cache") for p in entries)
+
+
 def test_records_writes_what_the_recipes_draw(capsys, tmp_path):
     """`ebm-jax records`: the 1D pairs of the 1D recipe's seed, an image set's split of
     the contrastive recipe's seed; `info` reads them back; bad paths are one line."""

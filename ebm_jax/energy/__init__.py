@@ -9,6 +9,7 @@ from ebm_jax.energy.hessian import (
 from ebm_jax.energy.langevin import langevin_chains
 from ebm_jax.energy.losses import (
     LOSSES,
+    RUNTIME_HYPERPARAMETERS,
     BatchedEnergy,
     batch_loss,
     dsm_loss,
@@ -35,6 +36,7 @@ from ebm_jax.energy.proposals import (
 __all__ = [
     "BETA_SCALES",
     "LOSSES",
+    "RUNTIME_HYPERPARAMETERS",
     "BatchedEnergy",
     "GaussianMixture",
     "batch_loss",

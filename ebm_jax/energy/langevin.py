@@ -52,14 +52,16 @@ def langevin_chains(
       y0: starting points, one chain per row.
       key: PRNG key; step l uses `fold_in(key, l)`.
       num_steps: L >= 1.
-      step_size: alpha > 0.
+      step_size: alpha > 0; an array (a value traced inside jit, e.g. a loss's
+        run-time hyperparameter) is used as it is, checked where it was set.
       batched: whether log_density scores all rows at once (see above).
       parallel_loop: tie every step to `keep_loop_parallel`, for chains whose
         per-step kernels are large (ML-MCMC with a `BatchedEnergy`); on few chains
         XLA's single small-loop kernel is the faster choice.
     """
     num_steps = checks.int_at_least("num_steps", num_steps, 1)
-    alpha = checks.positive("step_size", step_size)
+    alpha = (step_size if isinstance(step_size, jax.Array)
+             else checks.positive("step_size", step_size))
     if batched:
         grad = jax.grad(lambda ys: jnp.sum(log_density(ys)))
     else:

@@ -8,7 +8,8 @@ Every loss takes
                               one example at once (`energy.many(x, ys)`)
     x, y                      one example (y of shape (K,))
     key                       a PRNG key (ignored by SM, which samples nothing)
-    hyperparameters           keyword-only, static Python numbers
+    hyperparameters           keyword-only, static Python numbers (those of
+                              `RUNTIME_HYPERPARAMETERS` may also be arrays, traced)
 
 and returns the scalar loss of that example. `batch_loss` vmaps a loss over a batch with
 one key per example and averages (optionally with per-example weights). Gradients are
@@ -246,8 +247,11 @@ def dsm_loss(energy: Energy, x, y, key, *, sigma: float, num_samples: int):
     """
     y = _check_y(y)
     m = checks.int_at_least("num_samples", num_samples, 1)
-    sigma = checks.positive("sigma", sigma)
-    noisy = isotropic_gaussian(sigma).sample(key, y, m)
+    if isinstance(sigma, jax.Array):  # a run-time value: the same draws, scaled after
+        noisy = y + sigma * isotropic_gaussian(1.0).sample(key, jnp.zeros_like(y), m)
+    else:
+        sigma = checks.positive("sigma", sigma)
+        noisy = isotropic_gaussian(sigma).sample(key, y, m)
     # the score is differentiated again in the parameters; XLA's CPU backend runs that
     # second derivative faster through the vmapped energy than through the batched one
     one = energy.one if isinstance(energy, BatchedEnergy) else energy
@@ -267,20 +271,38 @@ LOSSES: dict[str, Callable] = {
 }
 
 
-def make_loss(method: str, **hyperparameters) -> Callable:
+# hyperparameters a loss uses as plain numbers (no branch, no shape depends on them):
+# they may be given when the loss is called, as arrays (see `make_loss`)
+RUNTIME_HYPERPARAMETERS = {"ml-mcmc": ("step_size",), "dsm": ("sigma",)}
+
+
+def make_loss(method: str, *, runtime: Sequence[str] = (), **hyperparameters) -> Callable:
     """Binds a loss by name: `make_loss("nce", sigmas=(0.1, 0.8), num_samples=1024)`
     returns `loss(energy, x, y, key) -> scalar`.
 
     Hyperparameters are checked here, before anything is traced, so that bad values
-    fail fast with the argument named.
+    fail fast with the argument named. `runtime` names hyperparameters (of
+    `RUNTIME_HYPERPARAMETERS[method]`) that the loss takes when called instead,
+    `loss(energy, x, y, key, step_size=a)` with `a` an array (traced inside jit), so
+    that one compiled program serves every value (Table 1's per-dataset Langevin step
+    and DSM noise); their values given here are checked as examples and not bound.
     """
     if method not in LOSSES:
         raise ValueError(f"method must be one of {sorted(LOSSES)}, got {method!r}")
     fn = LOSSES[method]
     _check_hyperparameters(method, hyperparameters)
+    runtime = tuple(runtime)
+    allowed = RUNTIME_HYPERPARAMETERS.get(method, ())
+    if not set(runtime) <= set(allowed) & set(hyperparameters):
+        raise ValueError(f"runtime: method {method!r} takes {list(allowed)} at run time "
+                         f"(each also given as an example value), got {list(runtime)}")
+    bound = {k: v for k, v in hyperparameters.items() if k not in runtime}
 
-    def loss(energy: Energy, x, y, key):
-        return fn(energy, x, y, key, **hyperparameters)
+    def loss(energy: Energy, x, y, key, **values):
+        if set(values) != set(runtime):
+            raise TypeError(f"loss {method!r} takes the run-time hyperparameters "
+                            f"{list(runtime)}, got {sorted(values)}")
+        return fn(energy, x, y, key, **bound, **values)
 
     loss.__name__ = f"{fn.__name__}[{method}]"
     return loss

@@ -89,19 +89,24 @@ def bind_energy(graphdef, params) -> BatchedEnergy:
 def make_ensemble_loss(graphdef, loss: Callable) -> Callable:
     """`loss_fn(model, batch, key)` for `ebm_jax.train`: the model holds parameters
     stacked over the ensemble, the batch is (x, y, w) of shape (B, N, 1), (B, N, 1),
-    (B, N) (example-major, so that examples shard over devices), w weighs padding 0.
+    (B, N) (example-major, so that examples shard over devices), w weighs padding 0,
+    and optionally a fourth entry, {name: (B,)}: the loss's run-time hyperparameters
+    (`make_loss(..., runtime=...)`), one value repeated over the examples, given to
+    `loss` as scalars.
 
     Returns the sum of the N models' batch losses (see the module docstring) and their
     mean and max as metrics. Model j's key is `fold_in(step key, j)`.
     """
     def loss_fn(model, batch, key):
         params = nnx.state(model, nnx.Param)
-        x, y, w = batch
+        x, y, w, *rest = batch
+        values = {k: jnp.max(v) for k, v in rest[0].items()} if rest else {}
+        bound = partial(loss, **values) if values else loss
         n = w.shape[1]
         keys = jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(n))
 
         def one(p, xm, ym, wm, k):
-            return batch_loss(loss, bind_energy(graphdef, p), xm, ym, k, wm)
+            return batch_loss(bound, bind_energy(graphdef, p), xm, ym, k, wm)
 
         losses = jax.vmap(one, in_axes=(0, 1, 1, 1, 0))(params, x, y, w, keys)
         return jnp.sum(losses), {"mean_model_loss": jnp.mean(losses),
@@ -121,12 +126,14 @@ def _epoch_order(key, epoch, n: int, num_models: int, pad: int):
 
 
 def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int,
-                       shard: HostShard | None = None):
+                       shard: HostShard | None = None, loss_args=None):
     """(`batches(step)` for `fit`, steps per epoch). `batches(step)` is the whole epoch
     that starts at `step` (a multiple of the steps per epoch), stacked as (steps, B, N,
     ...). Model j visits the data in the order `permutation(fold_in(fold_in(key,
     epoch), j))`; the last batch is padded with rows of weight 0. With `shard` (process
-    p of P), only that process's rows [p B/P, (p+1) B/P) of every batch are built."""
+    p of P), only that process's rows [p B/P, (p+1) B/P) of every batch are built. With
+    `loss_args` ({name: number}), every batch carries them as a fourth entry, each
+    repeated over (steps, B) in float32 (see `make_ensemble_loss`)."""
     rows = (shard or HostShard()).rows(batch_size)
     x, y = np.asarray(x), np.asarray(y)
     n = x.shape[0]
@@ -134,6 +141,8 @@ def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int,
     pad = steps * batch_size - n
     w = (np.arange(steps * batch_size) < n).astype(np.float32)
     w = np.broadcast_to(w.reshape(steps, batch_size, 1), (steps, batch_size, num_models))
+    args = {k: np.full(w[:, rows, 0].shape, v, np.float32)
+            for k, v in dict(loss_args or {}).items()}
 
     def batches(step: int):
         if step % steps:
@@ -141,7 +150,8 @@ def make_epoch_batches(x, y, key: jax.Array, num_models: int, batch_size: int,
         order = _epoch_order(key, step // steps, n, num_models, pad)
         idx = np.asarray(order).reshape(num_models, steps, batch_size)
         idx = idx.transpose(1, 2, 0)[:, rows]  # (steps, B / P, N)
-        return x[idx], y[idx], np.ascontiguousarray(w[:, rows])
+        batch = (x[idx], y[idx], np.ascontiguousarray(w[:, rows]))
+        return batch + (args,) if args else batch
 
     return batches, steps
 
@@ -185,11 +195,19 @@ def ensemble_training(
     learning_rate: float = 1e-3,
     mesh=None,
     make_model: Callable[..., nnx.Module] = ToyEnergyMLP,
+    loss_args=None,
+    step_fn: TrainStep | None = None,
 ) -> EnsembleTraining:
     """Everything to train `num_models` nets with Adam on (x, y) with a bound
     per-example `loss` (`ebm_jax.energy.make_loss`), the batch sharded over the
     devices of `mesh` (default one device): initial state, the jitted epoch step, and
-    the epoch batches. Checks the data (finite, same length, shape (n, d))."""
+    the epoch batches. Checks the data (finite, same length, shape (n, d)).
+
+    The data are arguments of the step, never constants in it, and so are `loss_args`
+    ({name: number}, the loss's run-time hyperparameters): trainings that differ only
+    in them (two datasets of one method) can share one compiled step. `step_fn` is
+    such a step, the `step_fn` of an earlier `ensemble_training` with the same loss
+    (but its run-time values), model, sizes, learning rate and mesh, used as it is."""
     x = jnp.asarray(checks.finite_array("x", x), jnp.float32)
     y = jnp.asarray(checks.finite_array("y", y), jnp.float32)
     checks.same_batch("x", x, "y", y)
@@ -205,10 +223,15 @@ def ensemble_training(
     state = init_train_state(params, rest, optimizer, train_key)
     # each process builds only its rows of every batch (the stage's global_batches=False)
     batches, steps = make_epoch_batches(x, y, batch_key, num_models, batch_size,
-                                        shard=HostShard.of_jax_process())
+                                        shard=HostShard.of_jax_process(),
+                                        loss_args=loss_args)
     mesh = make_mesh(1) if mesh is None else mesh
-    step_fn = make_train_step(single, make_ensemble_loss(graphdef, loss), optimizer, mesh,
-                              steps_per_call=steps, stacked=True)
+    if step_fn is None:
+        step_fn = make_train_step(single, make_ensemble_loss(graphdef, loss), optimizer,
+                                  mesh, steps_per_call=steps, stacked=True)
+    elif step_fn.steps_per_call != steps or step_fn.mesh != mesh:
+        raise ValueError(f"step_fn runs {step_fn.steps_per_call} steps per call on "
+                         f"{step_fn.mesh}; this training needs {steps} on {mesh}")
     return EnsembleTraining(graphdef, state, step_fn, batches, steps)
 
 

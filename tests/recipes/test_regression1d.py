@@ -70,6 +70,18 @@ def test_table1_tiny_end_to_end(runs):
     payload = json.loads((runs / "table1" / "results.json").read_text())
     assert payload["ebm_jax"]["config"]["methods"] == ["nce+", "ml-mcmc-2"]
     assert payload["reference"]["kl"]["nce+"] == 0.066
+    # each stage's seconds compiling, training and evaluating: the stage's own in its
+    # row, this run's (and its compilations) in stage_seconds
+    for rec in recs:
+        assert rec["compile_seconds"] >= 0 and rec["train_seconds"] > 0
+        assert rec["eval_seconds"] >= 0
+    seconds = payload["stage_seconds"]
+    assert list(seconds) == [r["stage"] for r in recs]
+    for name, s in seconds.items():
+        assert set(s) == {"compile", "train", "eval", "compilations", "cache_hits"}
+        assert min(s["compile"], s["train"], s["eval"]) >= 0
+        if "-d2-" in name:  # the first dataset's programs, as they are: none compiled
+            assert s["compilations"] == 0 and s["cache_hits"] == 0, (name, s)
 
 
 def test_figure2_tiny_end_to_end_shares_stages(runs):
@@ -122,6 +134,37 @@ def test_a_stopped_stage_resumes_and_matches(tmp_path):
     assert json.loads((stage / "run.json").read_text())["resumed_at"] == [8]
     kl = lambda out: _tables(out)["table1"][0]["kl_all"]
     assert kl(tmp_path / "a") == kl(tmp_path / "b")
+
+
+def test_a_rerun_compiles_nothing_with_the_compilation_cache(tmp_path):
+    """A rerun, in a fresh work directory (every stage trains again) or in the finished
+    one, finds every program in the compilation cache (`--compile-cache`): nothing
+    compiles, and the fresh one writes the same table."""
+    import jax
+
+    from ebm_jax.train.compilation import CompileMeter
+
+    cache = tmp_path / "cache"
+
+    def run(work, out):
+        jax.clear_caches()  # as a new process: nothing compiled in memory
+        with CompileMeter() as meter:
+            assert cli.main(["run", f"{TABLE1}:tiny", "--config.methods=nce+", "--workdir",
+                             str(tmp_path / work), "--out", str(tmp_path / out),
+                             "--no-progress", "--compile-cache", str(cache)]) == 0
+        return meter
+
+    first = run("a", "out-a")
+    assert first.compilations > 0 and first.cache_hits == 0 and any(cache.iterdir())
+    for work in ("b", "a"):  # a fresh work directory, then the finished one
+        again = run(work, f"out-{work}-again")
+        assert again.compilations == 0 and again.cache_hits > 0, work
+        seconds = json.loads((tmp_path / f"out-{work}-again" / "results.json").read_text())[
+            "stage_seconds"]
+        assert all(s["compilations"] == 0 for s in seconds.values())
+    results = lambda out: [(r["kl_all"], r["final_loss"])
+                           for r in _tables(tmp_path / out)["table1"]]
+    assert results("out-b-again") == results("out-a")
 
 
 def test_stage_identity_holds_what_the_result_depends_on(tmp_path):

@@ -152,3 +152,55 @@ def test_the_state_does_not_alias_the_callers_key():
         state, _ = setup.step_fn(state, batch)
         jax.block_until_ready(state)
     assert not jax.random.key_data(key).is_deleted()
+
+
+def _epochs(setup, epochs=2):
+    state = replicate(setup.state, setup.step_fn.mesh)
+    for epoch in range(epochs):
+        batch = shard_batch(setup.batches(epoch * setup.steps_per_epoch),
+                            setup.step_fn.mesh, stacked=True)
+        state, _ = setup.step_fn(state, batch)
+    return jax.device_get(state.params)
+
+
+def test_two_datasets_share_one_compiled_step():
+    """ML-MCMC with each dataset's Langevin step: the step size is an argument of the
+    step (`loss_args`), so the second dataset trains with the first one's executable,
+    and each trains as with its step size bound in the loss."""
+    from ebm_jax.train.compilation import CompileMeter
+
+    hp = dict(num_steps=2, num_samples=2)
+    keys = dict(init_key=jax.random.key(0), train_key=jax.random.key(1),
+                batch_key=jax.random.key(2))
+    step_fn, params = None, []
+    for dataset, step_size in ((1, 0.05), (2, 0.0125)):
+        x, y = toy1d.sample(jax.random.key(dataset), dataset, 64)
+        loss = make_loss("ml-mcmc", runtime=("step_size",), step_size=step_size, **hp)
+        with CompileMeter() as meter:
+            setup = ensemble_training(x, y, loss, num_models=2, **keys,
+                                      loss_args={"step_size": step_size}, step_fn=step_fn)
+            params.append(_epochs(setup))
+        if step_fn is None:
+            assert meter.compilations >= 1
+        else:
+            assert setup.step_fn is step_fn and meter.compilations == 0
+        step_fn = setup.step_fn
+    # the second dataset, trained with the first one's step, as with its step size bound
+    bound = ensemble_training(x, y, make_loss("ml-mcmc", step_size=0.0125, **hp),
+                              num_models=2, **keys)
+    chex.assert_trees_all_close(params[-1], _epochs(bound), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(params[0]["out"]["kernel"], params[1]["out"]["kernel"])
+    x, y = toy1d.sample(jax.random.key(1), 1, 96)  # 3 steps an epoch, not 2
+    with pytest.raises(ValueError, match="this training needs 3"):
+        ensemble_training(x, y, loss, num_models=2, **keys,
+                          loss_args={"step_size": 0.05}, step_fn=step_fn)
+
+
+def test_epoch_batches_carry_the_run_time_values():
+    x = np.arange(40, dtype=np.float32)[:, None]
+    batches, steps = make_epoch_batches(x, x, jax.random.key(0), 2, 16,
+                                        loss_args={"sigma": 0.075})
+    *_, args = batches(0)
+    assert set(args) == {"sigma"} and args["sigma"].shape == (steps, 16)
+    assert args["sigma"].dtype == np.float32 and np.all(args["sigma"] == np.float32(0.075))
+    assert len(make_epoch_batches(x, x, jax.random.key(0), 2, 16)[0](0)) == 3
