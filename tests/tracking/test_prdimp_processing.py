@@ -93,9 +93,11 @@ def test_the_identity_records_the_prdimp_fields_only_where_used():
     siamfc, prdimp = BoxHeadSettings(), BoxHeadSettings(processing="prdimp")
     assert not set(PRDIMP_FIELDS) & set(siamfc.identity())
     assert set(PRDIMP_FIELDS) <= set(prdimp.identity())
-    from ebm_jax.tracking.box_head import TRACKER_OPTIONS
+    from ebm_jax.tracking.box_head import ATOM_FIELDS, TRACKER_OPTIONS
+    # tracker options at their defaults and the ATOM head's fields of the simple head
+    # are left out (the identity stages had before they existed)
     assert prdimp.identity() == {k: v for k, v in dataclasses.asdict(prdimp).items()
-                                 if k not in TRACKER_OPTIONS}
+                                 if k not in TRACKER_OPTIONS + ATOM_FIELDS}
     # the crop side the head sees: PrDiMP's factor, or SiamFC's search side
     assert float(prdimp.head_side(SiamFCSettings(), 30.0, 60.0)) == pytest.approx(
         5 * np.sqrt(1800))
