@@ -1,7 +1,9 @@
 """The stages of the tracking recipe (`ebm_jax.recipes.tracking`): the data, the training
-stage of each Siamese tracker, and the per-sequence evaluation cache.
+stage of each Siamese tracker, and the per-sequence evaluation cache; the data are
+opened by `ebm_jax.recipes.tracking_data` (re-exported here).
 
-    <workdir>/data/<split>-<hash>             the generated benchmark (its spec + seed)
+    <workdir>/data/<split>-<hash>.records     the generated benchmark (its spec + seed;
+                                              `ebm_jax.recipes.tracking_data`)
     <workdir>/box-siam-s<seed>-<hash>         SiamFC trained on boxes (checkpoints, metrics)
     <workdir>/eval-<tracker>-<hash>/<set>/    one JSON per sequence (boxes, seconds per
                                               frame) in an `ItemCache`: a stopped
@@ -20,94 +22,15 @@ import json
 from typing import Any, NamedTuple
 
 import numpy as np
-from etils import epath
 
 from ebm_jax.config import ConfigError
 from ebm_jax.data.tracking_pairs import PORT_PAIRS
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.item_cache import FULL_PRECISION, ItemCache
+from ebm_jax.recipes.tracking_data import (TrackingData, annotation_identity,  # noqa: F401
+                                           generated_specs, open_data)
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.tracking.siamfc_training import PORT_TRAINING
-
-
-@dataclasses.dataclass(frozen=True)
-class TrackingData:
-    """Training sequences and the evaluation sets, each with the identity of its
-    content (no paths)."""
-
-    train: list
-    eval_sets: dict  # name -> list of Sequence
-    identity: dict  # "train" and each eval set -> JSON-able identity
-
-
-def generated_specs(cfg, ctx) -> dict:
-    """The `TrackingSpec` of each generated split (its seed is the run's "data" seed)."""
-    from ebm_jax.data.tracking import TrackingSpec
-
-    common = dict(num_frames=cfg.num_frames, height=cfg.frame_height,
-                  width=cfg.frame_width, point_shift=cfg.point_shift,
-                  box_every=cfg.box_every)
-    sizes = {"train": cfg.num_train_sequences, "test": cfg.num_test_sequences}
-    return {split: TrackingSpec(split=split, num_sequences=n,
-                                seed=ctx.seed_of("data", split) % 2**31, **common)
-            for split, n in sizes.items()}
-
-
-def annotation_identity(sequences, ctx=None) -> dict:
-    """The content identity of a real dataset (`ebm_jax.data.sequences.fingerprint`):
-    its annotations and the bytes of its frames, never its path, so that a moved
-    dataset keeps its stages and an edited one (a frame replaced, groundtruth.txt or
-    points.txt fixed) gets new ones. With `ctx`, the frames' digests are cached in
-    `<workdir>/data/file-digests.json` (a frame is read again only when its size or
-    modification time changed)."""
-    from ebm_jax.data.sequences import fingerprint
-
-    return fingerprint(sequences, digest_cache=None if ctx is None else ctx.digest_cache)
-
-
-def open_data(cfg, ctx) -> TrackingData:
-    """Opens the data, the real sets (GOT-10k, OTB) first, then generates (once) the
-    benchmark: a root that cannot be used is refused before anything is generated;
-    every reader check runs here, before any training."""
-    from ebm_jax.data.sequences import read_got10k, read_otb
-    from ebm_jax.data.tracking import generate_tracking_split, spec_identity
-    from ebm_jax.data.tracking_records import generated_records
-    from ebm_jax.io import content_hash
-
-    real, identity = {}, {}  # the real sets, read (and checked) before any generation
-    train = train_identity = None
-    if cfg.got10k_root is not None:
-        if cfg.train_data == "got10k":
-            train = read_got10k(cfg.got10k_root, split="train")
-            train_identity = {"got10k-train": annotation_identity(train, ctx)}
-            ctx.log(f"GOT-10k train: {len(train)} sequences")
-        real["got10k-val"] = read_got10k(cfg.got10k_root, split="val")
-        identity["got10k-val"] = annotation_identity(real["got10k-val"], ctx)
-    if cfg.otb_root is not None:
-        real["otb"] = read_otb(cfg.otb_root)
-        identity["otb"] = annotation_identity(real["otb"], ctx)
-    root = epath.Path(cfg.data_root) if cfg.data_root else ctx.workdir / "data"
-    generated = {}
-    for split, spec in generated_specs(cfg, ctx).items():
-        ident = spec_identity(spec)
-        dest = root / f"{split}-{content_hash(ident, 8)}"
-        if cfg.data_format == "records":
-            dest, generated[split] = generated_records(
-                dest.with_name(dest.name + ".records"), spec, progress=ctx.progress,
-                write=ctx.writer)
-        else:
-            if ctx.writer:
-                generate_tracking_split(dest, spec, progress=ctx.progress)
-            generated[split] = read_got10k(dest)
-        identity[f"generated-{split}"] = ident
-        ctx.log(f"generated {split} split: {len(generated[split])} sequences x "
-                f"{cfg.num_frames} frames of {cfg.frame_width}x{cfg.frame_height} at {dest}"
-                f" ({cfg.data_format})")
-    eval_sets = {"generated-test": generated["test"], **real}
-    if train is None:
-        train, train_identity = generated["train"], identity["generated-train"]
-    identity["train"] = train_identity
-    return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
 
 
 class Trained(NamedTuple):
