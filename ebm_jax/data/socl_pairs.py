@@ -35,7 +35,7 @@ import numpy as np
 
 from ebm_jax.data.tracking_pairs import partnered, pick_pair
 from ebm_jax.models.alexnet import SiamFCAlexNet
-from ebm_jax.ops.crops import crop_square_np
+from ebm_jax.ops.crops import crop_square_np, rounded_uint8
 from ebm_jax.ops.score_maps import grid_softmax, score_map
 
 EmbeddingGrid = Callable[[int], tuple[int, int, float]]
@@ -137,7 +137,7 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
         image = crop_square_np(frame(seq_index, t), (cy, cx), side, input_size)
         h = region_top_map(top["boxes"][row], top["scores"][row], (cy, cx), side,
                            input_size, temperature, embedding_grid)
-        return np.asarray(np.clip(np.rint(image), 0, 255), np.uint8), h
+        return rounded_uint8(image), h
 
     def batches(step: int) -> dict:
         rng = np.random.default_rng([seed, step])

@@ -190,8 +190,9 @@ def _write_one(tmp: str, name: str, spec: TrackingSpec, index: int) -> None:
 
 
 def _default_workers() -> int:
-    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else os.cpu_count() or 1))
+    from ebm_jax.data.pipeline import usable_cpus
+
+    return min(8, usable_cpus())
 
 
 def generate_tracking_split(dest, spec: TrackingSpec, *, progress: bool = True,

@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ebm_jax.ops.crops import box_to_center, center_to_box, crop_square_np, exemplar_side
+from ebm_jax.ops.crops import (box_to_center, center_to_box, crop_square_np, exemplar_side,
+                               rounded_uint8)
 
 
 PORT_PAIRS = dict(min_size=20.0, max_size=500.0, relative_size=(0.01, 0.5),
@@ -69,7 +70,7 @@ def target_region(frame: np.ndarray, box, *, region_size: int, side_ratio: float
     region = crop_square_np(frame, (cy, cx), side, region_size)
     scale = region_size / side
     mid = (region_size - 1) / 2
-    return (np.asarray(np.clip(np.rint(region), 0, 255), np.uint8),
+    return (rounded_uint8(region),
             np.asarray(center_to_box(mid, mid, h * scale, w * scale), np.float32))
 
 

@@ -192,6 +192,19 @@ def crop_square_rounded(image, center_yx, side, out_size: int, pad=None) -> jax.
 CROPS = {"continuous": crop_square, "rounded": crop_square_rounded}
 
 
+def rounded_uint8(pixels: np.ndarray) -> np.ndarray:
+    """Float pixels rounded to the nearest grey level and clipped to [0, 255], as uint8.
+    Rounds and clips `pixels` in place when it is a float32 array (a crop fresh from
+    `crop_square_np`): half the time of the copying np.clip(np.rint(x)) on a 255 x 255
+    crop."""
+    if isinstance(pixels, np.ndarray) and pixels.dtype == np.float32 \
+            and pixels.flags.writeable:
+        np.rint(pixels, out=pixels)
+        np.clip(pixels, 0, 255, out=pixels)
+        return pixels.astype(np.uint8)
+    return np.clip(np.rint(np.asarray(pixels)), 0, 255).astype(np.uint8)
+
+
 def crop_square_np(image, center_yx, side, out_size: int, pad=None) -> np.ndarray:
     """`crop_square` on the host with OpenCV (cv2.warpAffine, INTER_LINEAR,
     BORDER_CONSTANT with `pad`, default the image's mean colour): (out_size, out_size, 3)
@@ -204,7 +217,9 @@ def crop_square_np(image, center_yx, side, out_size: int, pad=None) -> np.ndarra
     if not (np.isfinite(side) and side > 0):
         raise ValueError(f"side must be a finite number > 0, got {side!r}")
     img = np.ascontiguousarray(np.asarray(image, np.float32))
-    pad = (img.mean(axis=(0, 1)) if pad is None
+    # the mean colour by OpenCV (float64 sums, GIL released): NumPy's mean was a third
+    # of the time of a training pair
+    pad = (np.asarray(cv2.mean(img)[:3]) if pad is None
            else np.broadcast_to(np.asarray(pad, np.float64), (3,)))
     scale = side / out_size
     half = (out_size - 1) / 2

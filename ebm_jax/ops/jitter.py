@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ebm_jax.ops.crops import box_to_center, crop_square_np
+from ebm_jax.ops.crops import box_to_center, crop_square_np, rounded_uint8
 
 REFERENCE, TEST = 0, 1  # the frame kinds: index of the factors
 
@@ -77,7 +77,7 @@ def jittered_crop_np(rng: np.random.Generator, frame, box_xywh, jitter: CropJitt
     y, x = mid + (cy - center[0]) * scale, mid + (cx - center[1]) * scale
     box = np.array([x - w * scale / 2, y - h * scale / 2, x + w * scale / 2,
                     y + h * scale / 2], np.float32)
-    return np.asarray(np.clip(np.rint(crop), 0, 255), np.uint8), box
+    return rounded_uint8(crop), box
 
 
 __all__ = ["REFERENCE", "TEST", "CropJitter", "jittered_box", "jittered_crop_np"]

@@ -19,6 +19,7 @@ from ebm_jax.data.pipeline import (  # noqa: E402
     HostShard,
     StepReader,
     batch_indices,
+    default_read_options,
     image_batches,
     step_batches,
 )
@@ -370,3 +371,21 @@ def test_records_writes_leave_nothing_in_the_temporary_folder(tmp_path, monkeypa
                      str(tmp_path / "trk")]) == 0
     assert cli.main(["records", "info", str(tmp_path / "trk")]) == 0
     assert list(system_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("cpus,threads", [(1, 2), (2, 2), (16, 16), (96, 16)])
+def test_read_ahead_threads_follow_the_usable_cpus(monkeypatch, cpus, threads):
+    """StepReader reads ahead on one thread per usable CPU, in [2, MAX_READ_THREADS],
+    with two batches buffered per thread: a fixed 2 threads left a 16-core GPU machine
+    waiting for pairs most of each tracking stage."""
+    from ebm_jax.data import pipeline
+
+    monkeypatch.setattr(pipeline, "usable_cpus", lambda: cpus)
+    options = default_read_options()
+    assert options.num_threads == threads
+    assert options.prefetch_buffer_size == 2 * threads
+    reader = StepReader(step_batches(ArraySource(index=np.arange(50)), batch_size=5,
+                                     seed=2, num_steps=9))
+    assert reader.read_options.num_threads == threads
+    for s in (0, 1, 2, 3, 8):  # the same batches on any number of threads
+        np.testing.assert_array_equal(reader(s)["index"], batch_indices(2, s, 50, 5))

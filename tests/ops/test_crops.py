@@ -12,6 +12,7 @@ from ebm_jax.ops.crops import (
     crop_square,
     crop_square_np,
     exemplar_side,
+    rounded_uint8,
 )
 
 
@@ -184,3 +185,36 @@ def test_the_tracker_takes_the_rounded_crop_and_records_it():
                                rtol=0, atol=255 * 64 * np.finfo(np.float32).eps)
     _, moved = make_tracker(embed, SiamFCSettings(crop="rounded")).update(None, state, frame)
     assert np.all(np.isfinite(np.asarray(moved)))
+
+
+def test_rounded_uint8_is_rint_then_clip_and_rounds_a_float32_crop_in_place():
+    """The in-place path (a fresh float32 crop) and the copying path give what
+    np.clip(np.rint(x), 0, 255) gives, halves to even and out-of-range values included;
+    a float64 or read-only input is left as it was."""
+    values = np.array([-3.0, -0.5, 0.49, 0.5, 1.5, 2.5, 127.5, 254.5, 254.51, 255.49,
+                       255.5, 300.0], np.float64)
+    expected = np.clip(np.rint(values), 0, 255).astype(np.uint8)
+    crop = values.astype(np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(rounded_uint8(crop).ravel(),
+                                  np.clip(np.rint(values.astype(np.float32)), 0, 255)
+                                  .astype(np.uint8))
+    assert crop.max() == 255 and crop.min() == 0  # rounded and clipped in place
+    kept = values.copy()
+    np.testing.assert_array_equal(rounded_uint8(kept), expected)
+    np.testing.assert_array_equal(kept, values)
+    frozen = values.astype(np.float32)
+    frozen.flags.writeable = False
+    assert rounded_uint8(frozen).dtype == np.uint8
+    np.testing.assert_array_equal(frozen, values.astype(np.float32))
+
+
+def test_the_default_padding_is_the_frames_mean_colour():
+    """crop_square_np pads with the frame's mean colour (OpenCV's float64 mean); a crop
+    wholly outside the frame is that colour everywhere, to float32 rounding."""
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+    crop = crop_square_np(frame, (-500.0, -500.0), 20.0, 8)
+    mean = frame.reshape(-1, 3).astype(np.float64).mean(axis=0)
+    # one float32 rounding of a value below 256: |error| <= 256 * 2^-24
+    np.testing.assert_allclose(crop.reshape(-1, 3), np.broadcast_to(mean, (64, 3)),
+                               rtol=0, atol=256 * 2.0 ** -24)
