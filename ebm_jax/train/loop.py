@@ -11,10 +11,17 @@
   before `fit` returns or re-raises); the meta beside it holds the config and the data
   position (the next step).
 - Metrics every `log_every` steps to metrics.jsonl; a tqdm bar shows loss and steps/s.
+- `start_from=(prefix_dir, prefix_config)`: a stage with no checkpoint of its own starts
+  from the last checkpoint of a finished stage that is its prefix (the same run stopped
+  at an earlier step: same keys, batches and constant schedule), with that stage's
+  metrics, instead of from step 0. Its parameters at `num_steps` then equal those of a
+  run from step 0 bit for bit, so training lengths chosen by early stopping cost one
+  run of the longest.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +32,9 @@ from etils import epath
 from tqdm.auto import tqdm
 
 from ebm_jax.train.checkpoint import CHECKPOINTS, StageCheckpoints, abstract_like
-from ebm_jax.train.records import METRICS, RUN_JSON, RunRecords, is_main_process
+from ebm_jax.io import atomic_write
+from ebm_jax.train.records import (METRICS, RUN_JSON, RunRecords, is_main_process,
+                                   read_metrics)
 from ebm_jax.train.state import TrainState
 from ebm_jax.train.step import TrainStep, replicate, shard_batch
 
@@ -35,8 +44,6 @@ class ConfigMismatchError(ValueError):
 
 
 def _normalise(config: dict) -> dict:
-    import json
-
     return json.loads(json.dumps(config, sort_keys=True, default=str))
 
 
@@ -51,6 +58,34 @@ def reset_stage(stage_dir) -> None:
         (stage_dir / CHECKPOINTS).unlink()
     for name in (RUN_JSON, METRICS):
         (stage_dir / name).unlink(missing_ok=True)
+
+
+def _start_from_prefix(start_from, state, num_steps: int, records: RunRecords):
+    """(state, step) of the finished prefix stage `start_from` = (dir, config), whose
+    metrics rows become this stage's first rows."""
+    prefix_dir, prefix_config = epath.Path(start_from[0]), _normalise(start_from[1])
+    prefix = StageCheckpoints(prefix_dir, save_every=1, asynchronous=False)
+    try:
+        latest = prefix.latest_step()
+        if latest is None:
+            raise ValueError(f"start_from: {prefix_dir} holds no checkpoint (train that "
+                             "stage first)")
+        meta = prefix.read_meta(latest)
+        if meta.get("config") != prefix_config:
+            raise ConfigMismatchError(f"start_from: {prefix_dir} holds checkpoints of "
+                                      "another config than the prefix stage's")
+        step = int(meta["next_step"])
+        if not 1 <= step <= num_steps:
+            raise ValueError(f"start_from: {prefix_dir} stopped at step {step}, which is "
+                             f"not in [1, num_steps={num_steps}]")
+        state, _ = prefix.restore(abstract_like(state), latest)
+    finally:
+        prefix.close()
+    if records.enabled:
+        rows = [r for r in read_metrics(prefix_dir) if r["step"] <= step]
+        records.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(records.dir / METRICS, "".join(json.dumps(r) + "\n" for r in rows))
+    return state, step
 
 
 def fit(
@@ -70,6 +105,7 @@ def fit(
     on_metrics: Callable[[int, dict], None] | None = None,
     global_batches: bool = False,
     final_meta: Callable[[], dict] | None = None,
+    start_from: tuple[Any, dict] | None = None,
 ) -> TrainState:
     """Trains one stage to `num_steps` steps; see the module docstring.
 
@@ -78,7 +114,9 @@ def fit(
     `steps_per_call` steps when the step scans several), or, with `global_batches`, the
     whole global batch, identical on every process. `final_meta()`, called once the
     last step's metrics are recorded, adds its entries to the last checkpoint's meta
-    (what the stage measured, kept with the parameters it describes).
+    (what the stage measured, kept with the parameters it describes). `start_from`:
+    see the module docstring; its checkpoint must hold `prefix_config` and a step
+    <= `num_steps` (a ConfigMismatchError or ValueError naming it otherwise).
     """
     stage_dir = epath.Path(stage_dir)
     per_call = step_fn.steps_per_call
@@ -113,6 +151,9 @@ def fit(
             state, meta = ckpt.restore(abstract_like(state), latest)
             start = int(meta["next_step"])
             records.truncate(start)
+            records.start(config, resumed_at=start)
+        elif start_from is not None:
+            state, start = _start_from_prefix(start_from, state, num_steps, records)
             records.start(config, resumed_at=start)
         else:
             records.start(config)

@@ -248,10 +248,18 @@ class TrainStage:
         return ctx.key(self.name, purpose)
 
     def run(self, ctx: RunContext, state, step_fn, batches: Callable[[int], Any], *,
-            on_metrics=None):
-        """Trains (or resumes) the stage; returns (state, StageFigures)."""
+            on_metrics=None, prefix: TrainStage | None = None):
+        """Trains (or resumes) the stage; returns (state, StageFigures). `prefix`: a
+        finished stage of fewer steps that this one continues when it has no checkpoint
+        of its own (`fit`'s `start_from`: the same name, so the same keys and batches;
+        a constant learning rate is the caller's to ensure)."""
         from ebm_jax.train.loop import fit
 
+        if prefix is not None and (prefix.name != self.name
+                                   or not 1 <= prefix.num_steps < self.num_steps):
+            raise ValueError(f"prefix of stage {self.name} ({self.num_steps} steps) must "
+                             f"be a stage of the same name and fewer steps, got "
+                             f"{prefix.name} ({prefix.num_steps} steps)")
         stage_dir = self.dir(ctx)
         save_every = self.save_every or self.log_every * 10
         ctx.current = (self.name, stage_dir)
@@ -260,6 +268,8 @@ class TrainStage:
                     log_every=self.log_every, restart=ctx.should_restart(stage_dir),
                     progress=ctx.progress, description=self.name,
                     global_batches=self.global_batches, on_metrics=on_metrics,
+                    start_from=None if prefix is None else (prefix.dir(ctx),
+                                                            prefix.full_identity),
                     final_meta=lambda: {FIGURES: stage_figures(
                         stage_dir, self.num_steps).asdict()})
         ctx.current = None

@@ -247,14 +247,57 @@ def test_checkpoint_of_another_shape_is_rejected(tmp_path):
         load_stage_params(tmp_path, "nope", fresh.params)
 
 
-def _tiny_fit(stage_dir, num_steps, config=None, restart=False):
+def _tiny_fit(stage_dir, num_steps, config=None, restart=False, start_from=None,
+              batches=lambda s: (X, Y)):
     opt = optax.adam(1e-2)
     graphdef, state = create_train_state(ToyEnergyMLP(rngs=nnx.Rngs(0)), opt,
                                          jax.random.key(0))
     mesh = make_mesh(2)
     step = make_train_step(graphdef, nce_loss_fn, opt, mesh)
-    return fit(stage_dir, state, step, lambda s: (X, Y), num_steps=num_steps, save_every=2,
-               log_every=1, config=config or {"lr": 1e-2}, restart=restart, progress=False)
+    return fit(stage_dir, state, step, batches, num_steps=num_steps, save_every=2,
+               log_every=1, config=config or {"lr": 1e-2}, restart=restart, progress=False,
+               start_from=start_from)
+
+
+def test_a_stage_continued_from_its_prefix_equals_one_trained_from_step_0(tmp_path):
+    """Early stopping's lengths cost one run: a 6-step stage started from the finished
+    3-step stage of the same keys and batches ends bitwise equal to a 6-step stage
+    trained from step 0, with the prefix's metrics rows as its first; a prefix of
+    another config, one without a checkpoint, or one longer than the stage is refused."""
+    rows = RNG.permutation(32)
+
+    def batches(s):  # a batch per step, as the recipes' pair streams
+        idx = rows[(4 * s) % 32:(4 * s) % 32 + 4]
+        return X[idx], Y[idx]
+
+    def cfg(n):
+        return {"lr": 1e-2, "steps": n}
+
+    _tiny_fit(tmp_path / "p3", 3, cfg(3), batches=batches)
+    continued = _tiny_fit(tmp_path / "c6", 6, cfg(6), batches=batches,
+                          start_from=(tmp_path / "p3", cfg(3)))
+    scratch = _tiny_fit(tmp_path / "s6", 6, cfg(6), batches=batches)
+    assert int(continued.step) == 6
+    for a, b in zip(_params(continued), _params(scratch)):
+        np.testing.assert_array_equal(a, b)
+    assert [r["step"] for r in read_metrics(tmp_path / "c6")] == [1, 2, 3, 4, 5, 6]
+    assert [r["loss"] for r in read_metrics(tmp_path / "c6")][:3] == \
+        [r["loss"] for r in read_metrics(tmp_path / "p3")]
+    # a rerun resumes its own checkpoint and ignores the prefix
+    again = _tiny_fit(tmp_path / "c6", 6, cfg(6), batches=batches,
+                      start_from=(tmp_path / "nowhere", cfg(3)))
+    for a, b in zip(_params(again), _params(scratch)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ConfigMismatchError, match="start_from: .*p3.*another config"):
+        _tiny_fit(tmp_path / "x1", 6, cfg(6), start_from=(tmp_path / "p3", cfg(4)))
+    with pytest.raises(ValueError, match="start_from: .*nowhere holds no checkpoint"):
+        _tiny_fit(tmp_path / "x2", 6, cfg(6), start_from=(tmp_path / "nowhere", cfg(3)))
+    with pytest.raises(ValueError, match=r"stopped at step 3, which is not in \[1, "
+                                         r"num_steps=2\]"):
+        _tiny_fit(tmp_path / "x3", 2, cfg(2), start_from=(tmp_path / "p3", cfg(3)))
+    for name in ("x1", "x2", "x3"):  # a refused start saves nothing
+        saved = tmp_path / name / "checkpoints"
+        assert not saved.exists() or not [p for p in saved.iterdir() if p.name.isdigit()]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete"])
