@@ -38,14 +38,18 @@ TRACKER_CHOICES = {
     "size-only": {"refine_center": False},
     "accept-if-f-rises": {"accept_margin": 0.0},
     "size-only-damped": {"refine_center": False, "size_update": 0.5},
+    # no refinement on a frame whose SiamFC peak is below half the best so far
+    "skip-if-lost": {"lost_ratio": 0.5},
 }
 
 
 def train_box_head_arm(env: stages.TrackingRun, seed: int, used, *,
-                       settings: BoxHeadSettings) -> Trained:
+                       settings: BoxHeadSettings, prefix_steps: int | None = None
+                       ) -> Trained:
     """The box head of `settings` (its loss: `settings.method`) on the same seed's
     Box-Siam backbone (frozen unless `box_head_joint`), trained on the training split
-    less the validation split (`box_head_stages.train_box_head`)."""
+    less the validation split (`box_head_stages.train_box_head`; `prefix_steps`: the
+    finished shorter stage of the same head it continues)."""
     box, joint = used["box-siam"], env.cfg.box_head_joint
     sequences, identity = stages.training_split(env.data, env.cfg)
     sigmas = "" if settings.sigmas == env.cfg.box_head.sigmas else "-sigmas" + "_".join(
@@ -54,7 +58,8 @@ def train_box_head_arm(env: stages.TrackingRun, seed: int, used, *,
                        backbone_identity=box.identity["trained"], settings=settings,
                        joint=joint, siamfc=stages.SIAMFC,
                        name=f"box-head-{settings.method}{sigmas}"
-                            f"{'-joint' if joint else ''}-s{seed}")
+                            f"{'-joint' if joint else ''}-s{seed}",
+                       prefix_steps=prefix_steps)
     return Trained(t.net, {"trained": t.identity}, t.figures, t.name)
 
 
@@ -95,9 +100,10 @@ def best_candidate(scores: dict[str, list[float]]) -> str:
     return max(means, key=lambda k: (means[k], -list(means).index(k)))
 
 
-def candidate_label(sigmas, centre: float, size: float) -> str:
+def candidate_label(sigmas, centre: float, size: float, steps: int | None = None) -> str:
+    """A candidate's name; `steps`, the training length, where lengths are chosen too."""
     return (f"sigmas {'/'.join(f'{x:g}' for x in sigmas)}, centre steps x{centre:g}, "
-            f"size steps x{size:g}")
+            f"size steps x{size:g}" + ("" if steps is None else f", {steps} steps"))
 
 
 PROBE_KEYS = ("iou_start", "iou_refined", "outranks", "chance_outranks", "rank_correlation")
@@ -117,9 +123,11 @@ def _probe_row(probe: dict, candidate: int | None = None) -> dict:
 
 
 def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict]:
-    """Per method of `box_head_methods`, the training sigmas (`sigma_grid`) and the
-    refinement's centre and size step lengths (chosen separately: `step_scales` x
-    box_head.step_lengths for (cx, cy) and for (log w, log h)) of highest mean IoU after
+    """Per method of `box_head_methods`, the training sigmas (`sigma_grid`), the
+    training length (early stopping: `box_head_lengths` and box_head.steps, each head
+    trained once through them) and the refinement's centre and size step lengths
+    (chosen separately: `step_scales` x box_head.step_lengths for (cx, cy) and for
+    (log w, log h)) of highest mean IoU after
     refinement over `seeds` on the validation split (the last `validation_sequences` of
     the training split; no arm trains on them), by the refinement probe
     (`box_head_stages.probe_box_head`: held-out targets' true boxes perturbed, refined),
@@ -131,6 +139,8 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
     sigma_grid = cfg.sigma_grid or (cfg.box_head.sigmas,)
     base = cfg.box_head.step_lengths * (4 // len(cfg.box_head.step_lengths))
     grid = [(c, z) for c in cfg.step_scales for z in cfg.step_scales]
+    train_lengths = sorted(cfg.box_head_lengths) + [cfg.box_head.steps]
+    named = bool(cfg.box_head_lengths)  # labels name the length where it is chosen
     lengths = [(c * base[0], c * base[1], z * base[2], z * base[3]) for c, z in grid]
     scores = {m: {} for m in cfg.box_head_methods}
     candidates, probes, heads = {m: {} for m in cfg.box_head_methods}, {}, {}
@@ -138,20 +148,25 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
         used = {"box-siam": box_siam_arm(env, seed, {})}
         for m in cfg.box_head_methods:
             for sigmas in sigma_grid:
-                trained = dataclasses.replace(cfg.box_head, method=m, sigmas=sigmas)
-                t = train_box_head_arm(env, seed, used, settings=trained)
-                heads[(m, seed, sigmas)] = t
-                ctx.log(f"probing {m} s{seed} sigmas {sigmas} on validation "
-                        f"({len(grid)} step-length candidates)")
-                probe = probe_box_head(t.model, val, trained, stages.SIAMFC,
-                                       seed=ctx.seed_of("probe-validation", "pairs"),
-                                       candidates=lengths)
-                for i, (c, z) in enumerate(grid):
-                    label = candidate_label(sigmas, c, z)
-                    scores[m].setdefault(label, []).append(probe["candidates"][i])
-                    candidates[m][label] = (dataclasses.replace(
-                        trained, step_lengths=lengths[i]), i, sigmas)
-                    probes[(m, seed, label)] = probe
+                prefix = None
+                for steps in train_lengths:
+                    trained = dataclasses.replace(cfg.box_head, method=m, sigmas=sigmas,
+                                                  steps=steps)
+                    t = train_box_head_arm(env, seed, used, settings=trained,
+                                           prefix_steps=prefix)
+                    prefix = steps
+                    heads[(m, seed, sigmas, steps)] = t
+                    ctx.log(f"probing {m} s{seed} sigmas {sigmas} after {steps} steps on "
+                            f"validation ({len(grid)} step-length candidates)")
+                    probe = probe_box_head(t.model, val, trained, stages.SIAMFC,
+                                           seed=ctx.seed_of("probe-validation", "pairs"),
+                                           candidates=lengths)
+                    for i, (c, z) in enumerate(grid):
+                        label = candidate_label(sigmas, c, z, steps if named else None)
+                        scores[m].setdefault(label, []).append(probe["candidates"][i])
+                        candidates[m][label] = (dataclasses.replace(
+                            trained, step_lengths=lengths[i]), i, sigmas)
+                        probes[(m, seed, label)] = probe
     choice = {m: best_candidate(scores[m]) for m in cfg.box_head_methods}
     refinement = {"validation": {}, "test": {}}
     test = env.data.eval_sets["generated-test"]
@@ -162,18 +177,20 @@ def choose_box_head_settings(env: stages.TrackingRun, seeds) -> tuple[dict, dict
         refinement["validation"][m] = [_probe_row(probes[(m, seed, label)], index)
                                        for seed in seeds]
         refinement["test"][m] = [_probe_row(probe_box_head(
-            heads[(m, seed, sigmas)].model, test, settings, stages.SIAMFC,
+            heads[(m, seed, sigmas, settings.steps)].model, test, settings, stages.SIAMFC,
             seed=ctx.seed_of("probe-test", "pairs"))) for seed in seeds]
     record = {"sequences": [q.name for q in val], "seeds": list(seeds),
               "measure": "mean IoU after refinement (the refinement probe)",
               "score": scores, "refinement": refinement, "choice": {m: {
                   "candidate": label, "step_lengths": list(candidates[m][label][0].step_lengths),
-                  "sigmas": list(candidates[m][label][0].sigmas)}
+                  "sigmas": list(candidates[m][label][0].sigmas),
+                  "steps": candidates[m][label][0].steps}
                   for m, label in choice.items()}}
     chosen = {m: candidates[m][label][0] for m, label in choice.items()}
     if cfg.tracker_choices:
         chosen, record["tracker"] = choose_tracker_options(
-            env, seeds, chosen, {(m, seed): heads[(m, seed, chosen[m].sigmas)]
+            env, seeds, chosen, {(m, seed): heads[(m, seed, chosen[m].sigmas,
+                                                      chosen[m].steps)]
                                  for m in chosen for seed in seeds})
     return chosen, record
 

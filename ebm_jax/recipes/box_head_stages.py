@@ -90,7 +90,8 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
                    settings: BoxHeadSettings, joint: bool = False,
                    siamfc: SiamFCSettings = SiamFCSettings(),
                    levels: Sequence[int] | None = None, name: str | None = None,
-                   save_every: int | None = None) -> TrainedBoxHead:
+                   save_every: int | None = None,
+                   prefix_steps: int | None = None) -> TrainedBoxHead:
     """Trains (or resumes) the box head on pairs of `sequences` (`pair_batches`: their
     z/x regions are the reference and test frames; the crops are made in the jitted
     step, `box_head_crops`), `settings.steps` Adam steps of `settings.lr`. The backbone
@@ -99,19 +100,28 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     Keys: the head's init `ctx.key(name, "init")`, the steps' `ctx.key(name, "train")`
     folded with the step, the pairs' order `ctx.seed_of(name, "pairs")`. `levels`:
     default the backbone's `box_head_levels` (AlexNet conv3 + conv5, ResNet-18 layer2 +
-    layer3)."""
+    layer3). `prefix_steps`: the length of a finished stage of the same head stopped
+    earlier (an early-stopping candidate), which this one continues rather than
+    starting at step 0: the same name, keys, pairs and constant Adam learning rate, so
+    its parameters equal those trained from step 0."""
     if not isinstance(settings, BoxHeadSettings):
         raise TypeError(f"settings must be a BoxHeadSettings, got {type(settings).__name__}")
     levels = tuple(int(lv) for lv in (backbone.box_head_levels if levels is None else levels))
     joint = bool(joint)
     name = name or f"box-head-{settings.method}{'-joint' if joint else ''}-s{ctx.seed}"
-    identity = {"data": data_identity, "backbone": backbone_identity,
-                "settings": settings.training_identity(),
-                "siamfc": dataclasses.asdict(siamfc), "levels": list(levels),
-                "joint": joint, "seed": int(ctx.seed)}
-    every = max(1, settings.steps // 20)
-    stage = TrainStage(name, identity, settings.steps, log_every=every,
-                       save_every=save_every or every * 5)
+
+    def stage_of(s: BoxHeadSettings) -> TrainStage:
+        identity = {"data": data_identity, "backbone": backbone_identity,
+                    "settings": s.training_identity(),
+                    "siamfc": dataclasses.asdict(siamfc), "levels": list(levels),
+                    "joint": joint, "seed": int(ctx.seed)}
+        every = max(1, s.steps // 20)
+        return TrainStage(name, identity, s.steps, log_every=every,
+                          save_every=save_every or every * 5)
+
+    stage = stage_of(settings)
+    prefix = (None if prefix_steps is None
+              else stage_of(dataclasses.replace(settings, steps=int(prefix_steps))))
     head = build_box_head(backbone, settings, stage.key(ctx, "init"), levels)
     net = BoxHeadNet(backbone, head, levels=levels, frozen=not joint)
     trainable = net.trainable_filter
@@ -126,7 +136,7 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
             f"({settings.method}, M = {settings.num_samples}, "
             f"{'joint' if joint else 'frozen backbone'}) from {batches.num_sequences} "
             f"sequences ({batches.num_frames} usable frames)")
-    state, figures = stage.run(ctx, state, step, batches)
+    state, figures = stage.run(ctx, state, step, batches, prefix=prefix)
     return TrainedBoxHead(name, stage.full_identity, figures, merge_model(graphdef, state))
 
 

@@ -236,6 +236,12 @@ def plan(cfg: Config) -> list[Job]:
 # --------------------------------------------------------------------------- check
 
 
+def count_stages(cfg: Config) -> int:
+    """The run's training stages (one per method, dataset and M): its progress says
+    "stage i of n" and the run's ETA."""
+    return len(plan(cfg))
+
+
 def check(cfg: Config, ctx: RunContext) -> None:
     """Everything that can fail before training: devices against the batch, memory
     (from the sizes alone, before any data is drawn), and every loss built once."""

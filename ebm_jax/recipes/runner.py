@@ -95,8 +95,10 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                 expected = out_contents(out)  # what the results may replace
             writable_dir("--workdir", workdir)
         mesh = make_mesh(int(devices))
+        count = getattr(recipe, "count_stages", None)  # "stage i of n", the run's ETA
         ctx = RunContext(workdir, mesh=mesh, seed=getattr(cfg, "seed", 0),
-                         restart=restart, progress=progress, writer=writer, log=log)
+                         restart=restart, progress=progress, writer=writer, log=log,
+                         planned_stages=None if count is None else count(cfg))
         started = time.time()
         with ctx:  # the lock first: checks may write (a generated dataset)
             opened = recipe.check(cfg, ctx)  # what check opened (the data), or None

@@ -124,6 +124,10 @@ class Config:
     validation_sequences: int = 0
     step_scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     sigma_grid: tuple[tuple[float, ...], ...] = ()
+    # early stopping: shorter training lengths (steps, each < box_head.steps) probed on
+    # the validation split beside box_head.steps; each head trains once to the longest,
+    # through these (`train_box_head`'s prefix stages); () = box_head.steps only
+    box_head_lengths: tuple[int, ...] = ()
     # the tracker options compared on the validation split by tracking AUC, once the
     # step lengths are chosen (`box_head_experiment.TRACKER_CHOICES`); () keeps
     # box_head's own
@@ -208,6 +212,13 @@ class Config:
         if len(set(self.tracker_choices)) != len(self.tracker_choices):
             raise ConfigError(f"--config.tracker_choices must be distinct, got "
                               f"{self.tracker_choices!r}")
+        lengths = self.box_head_lengths
+        if not all(isinstance(n, int) and not isinstance(n, bool)
+                   and 1 <= n < self.box_head.steps for n in lengths) \
+                or len(set(lengths)) != len(lengths):
+            raise ConfigError(f"--config.box_head_lengths must be distinct integers in [1, "
+                              f"{self.box_head.steps - 1}] (below --config.box_head.steps="
+                              f"{self.box_head.steps}), got {lengths!r}")
         for sigmas in self.sigma_grid:
             if not sigmas or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                      and math.isfinite(x) and x > 0 for x in sigmas):

@@ -56,7 +56,7 @@ PROCESSINGS = ("siamfc", "prdimp")
 # the tracker's options beside the refinement: the head sizes the box only (SiamFC's
 # centre kept), a refined box is taken only where f(refined) - f(coarse) exceeds a
 # margin, the size moves by a damped step
-TRACKER_OPTIONS = ("refine_center", "accept_margin", "size_update")
+TRACKER_OPTIONS = ("refine_center", "accept_margin", "size_update", "lost_ratio")
 # the box heads (`build_box_head`): "simple" `BoxEnergyHead`, "atom" `AtomBoxHead`
 # (ATOM's IoU predictor: batch norm, pools per level, a joint modulation)
 HEADS = ("simple", "atom")
@@ -107,7 +107,10 @@ class BoxHeadSettings:
     [min_size px, the frame's size] and its centre inside the frame. Tracker options:
     `refine_center` False keeps SiamFC's centre (the head sets the size only);
     `accept_margin` m takes the refined box only where f(refined) - f(coarse) > m (else
-    the coarse one); `size_update` d moves the size to size^(1 - d) refined^d.
+    the coarse one); `size_update` d moves the size to size^(1 - d) refined^d;
+    `lost_ratio` r skips the refinement (the coarse box, the previous size) on a frame
+    whose SiamFC response peak is below r x the highest (positive) peak so far: the
+    target is likely lost there, and the head would size whatever SiamFC found.
     """
 
     method: str = "nce+"
@@ -146,6 +149,7 @@ class BoxHeadSettings:
     refine_center: bool = True
     accept_margin: float | None = None
     size_update: float = 1.0
+    lost_ratio: float | None = None
 
     def __post_init__(self):
         if self.processing not in PROCESSINGS:
@@ -225,6 +229,11 @@ class BoxHeadSettings:
         if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0 < u <= 1:
             raise ValueError(f"BoxHeadSettings.size_update must be a number in (0, 1], "
                              f"got {u!r}")
+        r = self.lost_ratio
+        if r is not None and (isinstance(r, bool) or not isinstance(r, (int, float))
+                              or not 0 < r < 1):
+            raise ValueError(f"BoxHeadSettings.lost_ratio must be a number in (0, 1) or "
+                             f"None, got {r!r}")
         if not isinstance(self.reject_decreasing, bool):
             raise ValueError(f"BoxHeadSettings.reject_decreasing must be True or False, "
                              f"got {self.reject_decreasing!r}")
@@ -322,14 +331,16 @@ def frame_box(box, crop_center, side, crop_size: int) -> tuple[jax.Array, jax.Ar
 
 
 class BoxHeadState(NamedTuple):
-    """siamfc: SiamFC's state (centre, size, template, search side, padding colour);
-    modulation: the target's modulation vectors (one per level); key: raw key data of
-    the candidates' jitter; frame: the number of updates so far."""
+    """siamfc: SiamFC's state (centre, size, template, search side, padding colour,
+    last response peak); modulation: the target's modulation vectors (one per level);
+    key: raw key data of the candidates' jitter; frame: the number of updates so far;
+    best_peak: the highest response peak so far (`lost_ratio`'s reference)."""
 
     siamfc: Any
     modulation: tuple
     key: jax.Array
     frame: jax.Array
+    best_peak: jax.Array
 
 
 def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
@@ -378,7 +389,8 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
         modulation = nnx.merge(graph_h, params_h).modulation(features(params_b, crop),
                                                              ref_box)
         key = jax.random.key_data(jax.random.key(seed))
-        return BoxHeadState(siam_state, modulation, key, jnp.zeros((), jnp.int32))
+        return BoxHeadState(siam_state, modulation, key, jnp.zeros((), jnp.int32),
+                            jnp.zeros((), jnp.float32))
 
     def refine_box(params, state: BoxHeadState, frame, center, box_size):
         params_b, params_h = params
@@ -419,12 +431,18 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
         siam_state, _ = siam.update(params[0], state.siamfc, frame)
         center, box_size = keep_on_frame(siam_state.center, state.siamfc.size, frame.shape,
                                   s.min_size)
+        best_peak = jnp.maximum(state.best_peak, siam_state.peak)
         if refine:
-            center, box_size = refine_box(params, state, frame, center, box_size)
-            center, box_size = keep_on_frame(center, box_size, frame.shape, s.min_size)
+            refined = keep_on_frame(*refine_box(params, state, frame, center, box_size),
+                                    frame.shape, s.min_size)
+            if s.lost_ratio is not None:  # the coarse box where the target seems lost
+                lost = (best_peak > 0) & (siam_state.peak < s.lost_ratio * best_peak)
+                refined = tuple(jnp.where(lost, c, r)
+                                for c, r in zip((center, box_size), refined))
+            center, box_size = refined
         side = siamfc.search_side(box_size[0], box_size[1])
         siam_state = siam_state._replace(center=center, size=box_size, search_side=side)
-        new = state._replace(siamfc=siam_state, frame=state.frame + 1)
+        new = state._replace(siamfc=siam_state, frame=state.frame + 1, best_peak=best_peak)
         return new, center_to_box(center[0], center[1], box_size[0], box_size[1])
 
     if jit:

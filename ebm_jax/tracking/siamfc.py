@@ -178,13 +178,17 @@ def hann_window(h: int, w: int) -> np.ndarray:
 class TrackerState(NamedTuple):
     """center (2,) (cy, cx) 0-indexed; size (2,) (h, w); template (hz, wz, C) the
     exemplar's features; search_side () the search crop's side in frame pixels at the
-    central scale; pad (3,) the padding colour (the first frame's mean colour)."""
+    central scale; pad (3,) the padding colour (the first frame's mean colour); peak ()
+    the last update's response peak (the upsampled, scale-penalised response at the
+    chosen scale, before its normalisation and the window; 0 before the first
+    update): how sure the tracker is that the target is in view."""
 
     center: jax.Array
     size: jax.Array
     template: jax.Array
     search_side: jax.Array
     pad: jax.Array
+    peak: jax.Array
 
 
 class Tracker(NamedTuple):
@@ -229,7 +233,8 @@ def make_tracker(embed: Callable, settings: SiamFCSettings = SiamFCSettings()) -
         z = crop(frame, center, z_side, s.exemplar_size, pad)
         template = embed(params, z[None])[0]
         return TrackerState(center, size, template,
-                            z_side * (s.search_size / s.exemplar_size), pad)
+                            z_side * (s.search_size / s.exemplar_size), pad,
+                            jnp.zeros((), jnp.float32))
 
     def update(params, state: TrackerState, frame) -> tuple[TrackerState, jax.Array]:
         frame = jnp.asarray(frame)
@@ -246,6 +251,7 @@ def make_tracker(embed: Callable, settings: SiamFCSettings = SiamFCSettings()) -
         upsampled = upsampled * penalties[:, None, None]
         scale_id = jnp.argmax(jnp.max(upsampled, axis=(1, 2)))
         response = upsampled[scale_id]
+        peak = jnp.max(response)
         response = response - jnp.min(response)
         response = response / (jnp.sum(response) + 1e-16)
         window = jnp.asarray(hann_window(n_h * s.response_up, n_w * s.response_up),
@@ -259,7 +265,8 @@ def make_tracker(embed: Callable, settings: SiamFCSettings = SiamFCSettings()) -
         disp_in_frame = disp_in_search * state.search_side * scale / s.search_size
         step = (1 - s.scale_lr) + s.scale_lr * scale
         new = state._replace(center=state.center + disp_in_frame, size=state.size * step,
-                             search_side=state.search_side * step)
+                             search_side=state.search_side * step,
+                             peak=peak.astype(jnp.float32))
         return new, center_to_box(new.center[0], new.center[1], new.size[0], new.size[1])
 
     return Tracker(jax.jit(init), jax.jit(update))

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,6 +57,9 @@ class RunContext:
     writer: bool | None = None
     log: Callable[[str], None] = print
     lock: bool = True
+    # the training stages the run will go through, where its recipe can count them
+    # (`count_stages`): the progress says "stage i of n" and the run's ETA
+    planned_stages: int | None = None
 
     def __post_init__(self):
         from ebm_jax.train.step import make_mesh
@@ -70,6 +74,28 @@ class RunContext:
         self._lock = RunLock(self.workdir)
         self._restarted: set[str] = set()
         self.current: tuple[str, Any] | None = None  # (stage name, stage dir) in training
+        # [TrainStage.run calls so far (finished stages included), the run's start]:
+        # one list, shared by the copies `with_seed` makes
+        self._stages = [0, time.monotonic()]
+
+    @property
+    def stages_started(self) -> int:
+        return self._stages[0]
+
+    def stage_label(self, name: str) -> str:
+        """`name` with its place in the run: "stage i of n" where the recipe counted
+        the run's stages, "stage i" otherwise."""
+        of = "" if self.planned_stages is None else f" of {self.planned_stages}"
+        return f"stage {self.stages_started}{of} ({name})"
+
+    def eta(self) -> str:
+        """The run's remaining time at its pace so far (the seconds per stage so far x
+        the stages left), or "" where the stages were not counted or none finished."""
+        n, done = self.planned_stages, self.stages_started
+        if n is None or done < 1 or done >= n:
+            return ""
+        left = (time.monotonic() - self._stages[1]) / done * (n - done)
+        return f"; the other {n - done} stage(s): about {_duration(left)} at this pace"
 
     # -- lifetime
     def __enter__(self) -> RunContext:
@@ -224,6 +250,15 @@ def stage_figures(stage_dir, num_steps: int, *, finished: bool = False) -> Stage
         finite=bool(losses) and all(math.isfinite(v) for v in losses))
 
 
+def _duration(seconds: float) -> str:
+    """A duration as a person reads it: 45 s, 12 min, 2.3 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainStage:
     """One training stage: `fit` in `<workdir>/<name>-<hash(identity)>`, resumed when
@@ -263,10 +298,12 @@ class TrainStage:
         stage_dir = self.dir(ctx)
         save_every = self.save_every or self.log_every * 10
         ctx.current = (self.name, stage_dir)
+        ctx._stages[0] += 1
+        label = ctx.stage_label(self.name)
         state = fit(stage_dir, state, step_fn, batches, num_steps=self.num_steps,
                     config=self.full_identity, save_every=save_every, keep=self.keep,
                     log_every=self.log_every, restart=ctx.should_restart(stage_dir),
-                    progress=ctx.progress, description=self.name,
+                    progress=ctx.progress, description=label,
                     global_batches=self.global_batches, on_metrics=on_metrics,
                     start_from=None if prefix is None else (prefix.dir(ctx),
                                                             prefix.full_identity),
@@ -283,7 +320,9 @@ class TrainStage:
         if not ctx.progress:  # no bars: one line per finished stage
             loss = "" if figures.final_loss is None else f", final loss {figures.final_loss:.4g}"
             ctx.log(f"stage {self.name}: {figures.steps} steps, {figures.seconds:.0f} s of "
-                    f"training{loss}")
+                    f"training{loss} [{label.split(' (')[0]}{ctx.eta()}]")
+        elif ctx.planned_stages is not None and ctx.stages_started < ctx.planned_stages:
+            ctx.log(f"{label} done{ctx.eta()}")
         return state, figures
 
 

@@ -8,9 +8,11 @@ on the generated training split less its last `validation_sequences` (the valida
 split). On its frozen backbone an IoU-Net-style box energy (conv3 + conv5 through
 PrRoIPool) is trained with each loss; the tracker takes SiamFC's centre at one scale and
 refines the box by gradient ascent on the energy (the estimate plus 9 jittered copies, 10
-steps, the mean of the top 3). Per loss, the refinement's step lengths (0.5 / 1 / 2 / 4 x
-PrDiMP's 2.5e-3) are chosen on the validation split by mean AUC over seeds; the test split
-is tracked once per arm. Scores: OTB AUC / precision / normalised precision, GOT-10k AO /
+steps, the mean of the top 3). Per loss, the training length (early stopping: 150 / 300 /
+600 steps on quick, one run through all three), the refinement's centre and size step
+lengths (0.5 / 1 / 2 / 4 x PrDiMP's 2.5e-3, separately) and the tracker options are
+chosen on the validation split (the refinement probe's mean IoU, then tracking AUC),
+averaged over seeds; the test split is tracked once per arm. Scores: OTB AUC / precision / normalised precision, GOT-10k AO /
 SR0.5 / SR0.75, FPS with and without the refinement; paired differences (each head -
 scale search, NCE+ - KLD-IS, NCE+ - NCE, NCE - KLD-IS) with standard errors over seeds
 and over test sequences. --config.box_head_joint=true trains the backbone too;
@@ -49,8 +51,10 @@ COMMON = dict(experiment="box-head", reference=REFERENCE, reference_note=NOTE)
 def get_config(variant: str):
     return preset(
         variant, **COMMON,
-        quick=dict(validation_sequences=10, box_head=BoxHeadSettings(steps=600)),
+        quick=dict(validation_sequences=10, box_head=BoxHeadSettings(steps=600),
+                   box_head_lengths=(150, 300)),
         tiny=dict(validation_sequences=1, num_train_sequences=4, step_scales=(1.0, 4.0),
                   box_head=BoxHeadSettings(steps=3, batch_size=2, num_samples=16,
-                                           width=8, hidden=16)),
-        paper=dict(validation_sequences=50, box_head=BoxHeadSettings(steps=40_000)))
+                                           width=8, hidden=16), box_head_lengths=(2,)),
+        paper=dict(validation_sequences=50, box_head=BoxHeadSettings(steps=40_000),
+                   box_head_lengths=(10_000, 20_000)))

@@ -114,6 +114,8 @@ def test_verdicts_only_beyond_two_standard_errors():
     ("--config.box_head_methods=nce,kld", "box_head_methods"),
     ("--config.step_scales=0", "step_scales"),
     ("--config.sigma_grid=0.05,-1", "sigma_grid"),
+    ("--config.box_head_lengths=3", "box_head_lengths"),
+    ("--config.box_head_lengths=0", "box_head_lengths"),
 ])
 def test_bad_settings_fail_before_training(tmp_path, capsys, override, setting):
     code = main(["run", f"{CONFIG}:tiny", override, "--workdir", str(tmp_path / "w"),
@@ -177,9 +179,10 @@ def test_tiny_run_end_to_end(tmp_path):
     assert set(val["choice"]) == {"kld-is", "nce", "nce+", "ml-is"}
     assert val["sequences"] == ["train_00004"]  # the last training sequence
     for m, choice in val["choice"].items():
-        assert set(val["score"][m]) == {
-            f"sigmas 0.05/0.5, centre steps x{c}, size steps x{z}"
-            for c in (1, 4) for z in (1, 4)}
+        assert set(val["score"][m]) == {  # early stopping: 2 or 3 steps
+            f"sigmas 0.05/0.5, centre steps x{c}, size steps x{z}, {n} steps"
+            for c in (1, 4) for z in (1, 4) for n in (2, 3)}
+        assert choice["steps"] in (2, 3)
         assert choice["candidate"] == experiment.best_candidate(val["score"][m])
         for split in ("validation", "test"):
             (row,) = val["refinement"][split][m]
@@ -263,7 +266,7 @@ def test_choice_on_the_validation_split_only(monkeypatch):
         def seed_of(stage, purpose):
             return 0
 
-    def fake_head(env, seed, used, *, settings):
+    def fake_head(env, seed, used, *, settings, prefix_steps=None):
         trained.append((seed, settings.method, settings.sigmas))
         return stages.Trained(settings, {"trained": {"seed": seed}})
 
@@ -315,6 +318,54 @@ def test_choice_on_the_validation_split_only(monkeypatch):
     assert record["refinement"]["validation"]["nce+"][0]["gain_se_pairs"] == 0.02
     assert record["refinement"]["test"]["nce+"][0]["gain_se_pairs"] == 0.01
     assert record["sequences"] == [q.name for q in seqs[-cfg.validation_sequences:]]
+
+
+def test_the_training_length_is_chosen_on_validation_from_one_run(monkeypatch):
+    """With box_head_lengths, each head is trained once through its lengths (each
+    stage continuing the shorter one), every length is probed on validation, and the
+    chosen length's head is the one probed on the test split and tracked."""
+    cfg = tiny("--config.box_head_lengths=2,1", "--config.step_scales=1",
+               "--config.box_head_methods=nce+")
+    assert cfg.box_head.steps == 3
+    seqs = [SimpleNamespace(name=f"train_{i}") for i in range(cfg.num_train_sequences)]
+    data = stages.TrackingData(train=seqs, eval_sets={"generated-test": [
+        SimpleNamespace(name="test_0")]}, identity={"train": {"t": 1}})
+    trained, probed = [], []
+
+    class Log:
+        log = staticmethod(_quiet)
+
+        @staticmethod
+        def seed_of(stage, purpose):
+            return 0
+
+    def fake_head(env, seed, used, *, settings, prefix_steps=None):
+        trained.append((settings.steps, prefix_steps))
+        return stages.Trained(settings, {"trained": {"steps": settings.steps}})
+
+    def fake_probe(model, sequences, settings, siamfc, *, seed, candidates=None):
+        probed.append((sequences[0].name, model.steps))
+        score = {1: 0.5, 2: 0.7, 3: 0.6}[model.steps]  # stopping at 2 steps is best
+        measures = {"iou_start": 0.5, "iou_refined": score, "outranks": 0.2,
+                    "chance_outranks": 0.1, "rank_correlation": 0.3}
+        return {"head": measures, "control": dict(measures, iou_refined=1.0),
+                "candidates": [score] * len(candidates if candidates is not None else []),
+                "pairs": 64, "head_se": {"gain": 0.01}, "candidates_gain_se": [0.02]}
+
+    monkeypatch.setattr(experiment, "box_siam_arm", lambda env, seed, used: "backbone")
+    monkeypatch.setattr(experiment, "train_box_head_arm", fake_head)
+    monkeypatch.setattr(experiment, "probe_box_head", fake_probe)
+    heads = []
+    monkeypatch.setattr(experiment, "choose_tracker_options",
+                        lambda env, seeds, chosen, h: (heads.append(h), (chosen, {}))[1])
+    chosen, record = experiment.choose_box_head_settings(
+        stages.TrackingRun(cfg, Log(), data), cfg.seeds)
+    assert trained == [(1, None), (2, 1), (3, 2)]  # one run, through the lengths
+    val = seqs[-1].name
+    assert probed == [(val, 1), (val, 2), (val, 3), ("test_0", 2)]
+    assert chosen["nce+"].steps == 2 and record["choice"]["nce+"]["steps"] == 2
+    assert record["choice"]["nce+"]["candidate"].endswith(", 2 steps")
+    assert [h.model.steps for h in heads[0].values()] == [2]
 
 
 def test_tracker_options_are_chosen_by_validation_auc(monkeypatch):

@@ -104,6 +104,21 @@ def test_interrupted_stage_resumes_to_the_same_parameters(tmp_path, split, backb
         assert np.array_equal(a, b)
 
 
+def test_a_head_continued_from_a_shorter_stage_equals_one_trained_from_scratch(
+        tmp_path, split, backbone, trained):
+    """Early stopping's candidate lengths cost one run: the 4-step head continued from
+    the finished 2-step stage of the same name ends bitwise equal to the 4-step head
+    trained from step 0, and the 2-step stage is its own (a candidate to probe)."""
+    short = _train(tmp_path / "w", split, backbone,
+                   dataclasses.replace(SETTINGS, steps=2))
+    continued = _train(tmp_path / "w", split, backbone, prefix_steps=2)
+    assert short.identity["settings"]["steps"] == 2 and short.name == continued.name
+    for a, b in zip(_leaves(continued.net), _leaves(trained.net)):
+        assert np.array_equal(a, b)
+    assert any(not np.array_equal(a, b)
+               for a, b in zip(_leaves(short.net), _leaves(trained.net)))
+
+
 @pytest.mark.slow
 def test_joint_training_moves_the_backbone_too(tmp_path, split, backbone):
     joint = _train(tmp_path / "w", split, backbone, dataclasses.replace(SETTINGS, steps=2),

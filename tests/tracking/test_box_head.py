@@ -298,7 +298,46 @@ def test_tracker_options_size_only_margin_and_damped_size(parts, trackers):
     np.testing.assert_allclose(s_half, np.sqrt(s_coarse * s_full), rtol=1e-5)
 
 
-@pytest.mark.parametrize("kw, field", [({"size_update": 0.0}, "size_update"),
+def test_skip_if_lost_keeps_the_coarse_box_below_the_peak_ratio(parts, trackers):
+    """lost_ratio r: a frame whose SiamFC peak is below r x the best peak so far keeps
+    the coarse box (no refinement); above it, or before any positive peak, the head
+    refines as without the option; the best peak is the running maximum."""
+    import jax.numpy as jnp
+
+    backbone, head = parts
+    strong = nnx.clone(head)
+    strong.out.kernel[...] = strong.out.kernel[...] * 3000
+    settings = BoxHeadSettings(top_k=1, step_lengths=(2e-2, 2e-2, 2e-2, 2e-2))
+    box0 = np.array([50.0, 38.0, 26.0, 20.0])
+    frame1 = _frame(box0 + [3, 2, 0, 0])
+    full_t, params = make_box_head_tracker(backbone, strong, settings)
+    lost_t, _ = make_box_head_tracker(backbone, strong,
+                                      dataclasses.replace(settings, lost_ratio=0.5))
+    coarse_t, _ = make_box_head_tracker(backbone, strong, settings, refine=False)
+    state0 = full_t.init(params, _frame(box0), box0)
+    full, box_full = full_t.update(params, state0, frame1)
+    _, box_coarse = coarse_t.update(params, state0, frame1)
+    assert not np.allclose(np.asarray(box_full), np.asarray(box_coarse))
+    peak = float(full.siamfc.peak)
+    assert np.isfinite(peak) and float(full.best_peak) == max(0.0, peak)
+    # no earlier peak: refined as without the option
+    _, box = lost_t.update(params, state0, frame1)
+    np.testing.assert_array_equal(np.asarray(box), np.asarray(box_full))
+    # an earlier peak far above this frame's: lost, the coarse box
+    high = state0._replace(best_peak=jnp.float32(4 * abs(peak) + 1.0))
+    st, box = lost_t.update(params, high, frame1)
+    np.testing.assert_array_equal(np.asarray(box), np.asarray(box_coarse))
+    assert float(st.best_peak) == float(high.best_peak)
+    # an earlier peak just below this frame's / r: not lost
+    if peak > 0:
+        near = state0._replace(best_peak=jnp.float32(1.9 * peak))
+        _, box = lost_t.update(params, near, frame1)
+        np.testing.assert_array_equal(np.asarray(box), np.asarray(box_full))
+
+
+@pytest.mark.parametrize("kw, field", [({"lost_ratio": 0.0}, "lost_ratio"),
+                                       ({"lost_ratio": 1.0}, "lost_ratio"),
+                                       ({"size_update": 0.0}, "size_update"),
                                        ({"size_update": 1.5}, "size_update"),
                                        ({"accept_margin": float("nan")}, "accept_margin"),
                                        ({"refine_center": 1}, "refine_center")])

@@ -310,3 +310,39 @@ def test_without_progress_bars_each_stage_says_one_line_when_done(toy, tmp_path)
     run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, log=lines.append)
     done = [ln for ln in lines if ln.startswith("stage toy") and " steps, " in ln]
     assert len(done) == 1 and "final loss" in done[0], lines
+
+
+def test_a_recipe_that_counts_its_stages_gets_stage_i_of_n_and_the_runs_eta(
+        toy, tmp_path, monkeypatch):
+    """`count_stages(cfg)` of a recipe reaches the run context: each stage's line says
+    "stage i of n" and, while stages are left, their time at the run's pace so far;
+    without it, "stage i" alone."""
+    lines = []
+    monkeypatch.setattr(toy, "count_stages", lambda cfg: 3, raising=False)
+    run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, log=lines.append)
+    (done,) = [ln for ln in lines if ln.startswith("stage toy") and " steps, " in ln]
+    assert "[stage 1 of 3; the other 2 stage(s): about " in done and "at this pace]" in done
+    monkeypatch.delattr(toy, "count_stages")
+    lines.clear()
+    run_experiment(toy.Config(), workdir=tmp_path / "w2", progress=False, log=lines.append)
+    (done,) = [ln for ln in lines if ln.startswith("stage toy") and " steps, " in ln]
+    assert done.endswith("[stage 1]")
+
+
+def test_the_stage_count_is_shared_by_the_seeds_and_the_eta_is_the_pace_so_far(
+        tmp_path, monkeypatch):
+    from ebm_jax.train import stages
+
+    clock = [1000.0]
+    monkeypatch.setattr(stages.time, "monotonic", lambda: clock[0])
+    ctx = RunContext(tmp_path / "w", planned_stages=4, lock=False)
+    other = ctx.with_seed(3)
+    assert ctx.eta() == ""  # nothing finished yet
+    ctx._stages[0] += 1
+    other._stages[0] += 1  # a stage of another seed counts for the run
+    clock[0] += 120.0  # two stages in 2 min: the two left take about 2 min
+    assert ctx.stage_label("a") == "stage 2 of 4 (a)" == other.stage_label("a")
+    assert ctx.eta() == "; the other 2 stage(s): about 2 min at this pace"
+    ctx._stages[0] += 2
+    assert ctx.eta() == ""  # none left
+    assert RunContext(tmp_path / "v", lock=False).stage_label("b") == "stage 0 (b)"
