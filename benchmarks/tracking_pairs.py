@@ -11,7 +11,8 @@ PrDiMP processing, batch `--batch-size`) and, with `--sampler siamfc`, the Box-S
 pairs (`data.tracking_pairs.pair_batches`): "folders" (frames decoded from the JPEG
 files, in the caller's thread), "records" (the same from the records) and "grain"
 (the records read ahead on `--threads` threads by `data.pipeline.stream_steps`, what
-the recipes use). They run interleaved (A B C A B C ...) over `--rounds` rounds of
+the recipes use; default one per CPU, as the recipes; each round starts a fresh
+iterator, so no batch is read ahead while another reader is timed). They run interleaved (A B C A B C ...) over `--rounds` rounds of
 `--steps` batches; the table gives the median with min and max of pairs per second,
 wall and process CPU time. With `--results`, the training stages' pairs per second
 (batch size / seconds per step) of that run are printed beside them: reading keeps up
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 from ebm_jax.data.box_head_pairs import jittered_pair_batches
-from ebm_jax.data.pipeline import stream_steps
+from ebm_jax.data.pipeline import default_read_options, stream_steps
 from ebm_jax.data.sequences import read_got10k
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.data.tracking_pairs import pair_batches
@@ -76,12 +77,16 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None,
+                   help="read-ahead threads (default: the recipes' default_read_options)")
     p.add_argument("--results", default=None)
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
     import grain
 
+    options = default_read_options() if args.threads is None else grain.ReadOptions(
+        num_threads=args.threads, prefetch_buffer_size=2 * args.threads)
+    args.threads = options.num_threads
     spec = TrackingSpec(split="train", num_sequences=args.sequences, num_frames=80)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -95,13 +100,14 @@ def main(argv=None) -> int:
         make = _sampler(args.sampler, args.batch_size)
         total = args.steps * (args.rounds + 1)
         readers = {"folders": make(folders, 0), "records": make(records, 0),
-                   "grain": stream_steps(make(records, 0), total, read_options=
-                                         grain.ReadOptions(num_threads=args.threads,
-                                                           prefetch_buffer_size=4))}
+                   "grain": stream_steps(make(records, 0), total + args.rounds + 1,
+                                         read_options=options)}
         step = {k: 0 for k in readers}
 
         def batches(name):
             def run():
+                if name == "grain":  # a fresh iterator each round: no batches read
+                    step[name] += 1  # ahead while the other readers were timed
                 for _ in range(args.steps):
                     readers[name](step[name])
                     step[name] += 1
