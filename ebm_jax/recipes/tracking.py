@@ -322,6 +322,17 @@ EXPERIMENTS = {
 }
 
 
+def count_stages(cfg: Config) -> int | None:
+    """The run's training stages, for "stage i of n" and the run's ETA: per seed a
+    Box-Siam and, for the box-head experiment, a head per loss, training sigmas and
+    training length; the MoCo start once. None for other experiments."""
+    per_seed = {"box-siam": 1, "box-head": 1 + len(cfg.box_head_methods) * len(
+        cfg.sigma_grid or (cfg.box_head.sigmas,)) * (len(cfg.box_head_lengths) + 1)}
+    if cfg.experiment not in per_seed:
+        return None
+    return len(cfg.seeds) * per_seed[cfg.experiment] + (cfg.init == "moco")
+
+
 def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
     data = data if data is not None else stages.open_data(cfg, ctx)
     eval_sets = {s: (data.identity[s], seqs) for s, seqs in data.eval_sets.items()}

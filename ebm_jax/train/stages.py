@@ -74,18 +74,20 @@ class RunContext:
         self._lock = RunLock(self.workdir)
         self._restarted: set[str] = set()
         self.current: tuple[str, Any] | None = None  # (stage name, stage dir) in training
-        # [TrainStage.run calls so far (finished stages included), the run's start]:
+        # [the stage directories TrainStage.run has entered (finished ones included;
+        # a stage entered again, as an arm reusing it, counts once), the run's start]:
         # one list, shared by the copies `with_seed` makes
-        self._stages = [0, time.monotonic()]
+        self._stages = [set(), time.monotonic()]
 
     @property
     def stages_started(self) -> int:
-        return self._stages[0]
+        return len(self._stages[0])
 
     def stage_label(self, name: str) -> str:
         """`name` with its place in the run: "stage i of n" where the recipe counted
         the run's stages, "stage i" otherwise."""
-        of = "" if self.planned_stages is None else f" of {self.planned_stages}"
+        n = self.planned_stages
+        of = "" if n is None or self.stages_started > n else f" of {n}"
         return f"stage {self.stages_started}{of} ({name})"
 
     def eta(self) -> str:
@@ -298,7 +300,7 @@ class TrainStage:
         stage_dir = self.dir(ctx)
         save_every = self.save_every or self.log_every * 10
         ctx.current = (self.name, stage_dir)
-        ctx._stages[0] += 1
+        ctx._stages[0].add(str(stage_dir))
         label = ctx.stage_label(self.name)
         state = fit(stage_dir, state, step_fn, batches, num_steps=self.num_steps,
                     config=self.full_identity, save_every=save_every, keep=self.keep,

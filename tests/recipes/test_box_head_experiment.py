@@ -251,7 +251,8 @@ def test_choice_on_the_validation_split_only(monkeypatch):
     with every centre x size step-length candidate, the choice is the best mean over
     seeds, and only then are the chosen heads probed on the test split."""
     cfg = tiny("--config.sigma_grid=0.05,0.5;0.1,1.0", "--config.step_scales=1,2",
-               "--config.seeds=0,1", "--config.box_head_methods=nce+,kld-is")
+               "--config.seeds=0,1", "--config.box_head_methods=nce+,kld-is",
+               "--config.box_head_lengths=")  # one length (box_head.steps)
     seqs = [SimpleNamespace(name=f"train_{i}") for i in range(cfg.num_train_sequences)]
     test = [SimpleNamespace(name="test_0")]
     data = stages.TrackingData(train=seqs, eval_sets={"generated-test": test},
@@ -419,3 +420,15 @@ def test_tracker_options_are_chosen_by_validation_auc(monkeypatch):
 def test_unknown_tracker_choices_are_refused():
     with pytest.raises(ConfigError, match="tracker_choices"):
         tiny("--config.tracker_choices=size-only,centre-only")
+
+
+def test_the_run_counts_its_training_stages():
+    """"stage i of n": per seed a Box-Siam and a head per loss, training sigmas and
+    training length (tiny: 2 lengths); the MoCo start once; other experiments None."""
+    assert recipe.count_stages(tiny()) == 1 + 4 * 2
+    assert recipe.count_stages(tiny("--config.seeds=0,1", "--config.sigma_grid="
+                                    "0.05,0.5;0.1,1.0")) == 2 * (1 + 4 * 2 * 2)
+    assert recipe.count_stages(tiny("--config.init=moco", "--config.backbone=resnet18")
+                               ) == 1 + 4 * 2 + 1
+    box_siam = load_config(f"{ROOT / 'experiments/tracking/siamfc_box.py'}:tiny")
+    assert recipe.count_stages(box_siam) == len(box_siam.seeds)

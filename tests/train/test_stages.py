@@ -338,11 +338,14 @@ def test_the_stage_count_is_shared_by_the_seeds_and_the_eta_is_the_pace_so_far(
     ctx = RunContext(tmp_path / "w", planned_stages=4, lock=False)
     other = ctx.with_seed(3)
     assert ctx.eta() == ""  # nothing finished yet
-    ctx._stages[0] += 1
-    other._stages[0] += 1  # a stage of another seed counts for the run
+    ctx._stages[0].add("w/a")
+    other._stages[0].add("w/b")  # a stage of another seed counts for the run
+    other._stages[0].add("w/a")  # a stage entered again counts once
     clock[0] += 120.0  # two stages in 2 min: the two left take about 2 min
     assert ctx.stage_label("a") == "stage 2 of 4 (a)" == other.stage_label("a")
     assert ctx.eta() == "; the other 2 stage(s): about 2 min at this pace"
-    ctx._stages[0] += 2
+    ctx._stages[0].update({"w/c", "w/d"})
     assert ctx.eta() == ""  # none left
+    ctx._stages[0].add("w/e")  # more than counted: no "of n" that would be wrong
+    assert ctx.stage_label("e") == "stage 5 (e)"
     assert RunContext(tmp_path / "v", lock=False).stage_label("b") == "stage 0 (b)"
