@@ -104,24 +104,25 @@ def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
 
 
 # the config fields an arm may set for its own SoCL training (the TOP maps' softmax
-# temperature and the context region's side); the rest of an arm's `socl` overrides
-# are SoCLSettings'
-REGION_FIELDS = ("top_temperature", "context_side")
+# temperature, the context region's side and the fine-tuning options); the rest of an
+# arm's `socl` overrides are SoCLSettings'
+CONFIG_FIELDS = ("top_temperature", "context_side", "backbone_lr_scale", "freeze_bn",
+                 "freeze")
 
 
 def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
                socl: tuple = (), budget_hours: float | None = None) -> Trained:
     """SoCL-Siam (loss 10) on the `points` annotations, with the overrides `socl` (of
-    SoCLSettings, and of the config's `REGION_FIELDS`), on a budget's sequences when
+    SoCLSettings, and of the config's `CONFIG_FIELDS`), on a budget's sequences when
     given."""
     idx, ident = _sequences(env, "socl", budget_hours)
     tops = env.tops[points]
     sub = _subset(env.data.train, idx)
     sub_tops = {j: tops[i] for j, i in enumerate(idx) if i in tops}
-    region = {k: v for k, v in socl if k in REGION_FIELDS}
+    region = {k: v for k, v in socl if k in CONFIG_FIELDS}
     cfg = dataclasses.replace(env.cfg, **region) if region else env.cfg
     return stages.train_socl(cfg, env.ctx, sub, sub_tops, points, ident,
-                             tuple((k, v) for k, v in socl if k not in REGION_FIELDS), seed,
+                             tuple((k, v) for k, v in socl if k not in CONFIG_FIELDS), seed,
                              label=label, data=env.data)
 
 
@@ -227,6 +228,11 @@ LST_VARIANTS = {
     "InfoNCE denominator": (("include_positive", True),),
     "symmetrised eq. 10": (("symmetric", True),),
     "own-pair mix-ups": (("mix_scope", "pair"),),
+    # fine-tuning that keeps a start (SiamRPN++'s): the backbone's learning rate x0.1,
+    # every batch norm on its start's statistics (the freeze depth is per backbone:
+    # --config.freeze)
+    "backbone lr x0.1": (("backbone_lr_scale", 0.1),),
+    "frozen batch norm": (("freeze_bn", True),),
 }
 LST_ONLY = ("b_p",)  # settings that change nothing without LSTs
 

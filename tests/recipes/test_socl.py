@@ -396,3 +396,30 @@ def test_the_top_temperature_is_calibrated_from_the_proposals_alone():
     assert t in record["candidates"] and record["frames"] == 2
     fixed = tiny("table1", "--config.top_temperature=2.5")
     assert top_temperature(fixed, ctx, [seq], tops, "clean", grid, 0.8) == (2.5, None)
+
+
+@pytest.mark.parametrize("variant, field, value", [("backbone lr x0.1",
+                                                    "backbone_lr_scale", 0.1),
+                                                   ("frozen batch norm", "freeze_bn", True)])
+def test_the_lst_study_compares_the_fine_tuning_options_on_validation(monkeypatch, variant,
+                                                                      field, value):
+    """The validation study's fine-tuning variants set the config's option for both of
+    their arms (+mix-up and +LST, their own pair), not SoCL's loss settings."""
+    from types import SimpleNamespace
+
+    cfg = tiny("lst", f"--config.lst_variants=paper,{variant}")
+    arms = {a.label: a for a in recipe.arms_of(cfg)}
+    assert arms[f"+LST, {variant}"].compared_with == (f"+mix-up, {variant}",)
+    seen = []
+
+    def fake_train(cfg_arm, ctx, sequences, tops, points, ident, socl, seed, **kw):
+        seen.append((getattr(cfg_arm, field), dict(socl)))
+        return "trained"
+
+    monkeypatch.setattr(recipe.arms_lib.stages, "train_socl", fake_train)
+    env = SimpleNamespace(cfg=cfg, ctx=None, plan=None, tops={"clean": {}},
+                          data=SimpleNamespace(train=[], identity={"train": {}}))
+    for label in (f"+mix-up, {variant}", f"+LST, {variant}", "+LST, paper"):
+        arms[label].train(env, 0, {})
+    assert [s[0] for s in seen] == [value, value, getattr(cfg, field)]
+    assert all(field not in s[1] for s in seen)  # not a SoCLSettings field
