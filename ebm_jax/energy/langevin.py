@@ -51,7 +51,9 @@ def langevin_chains(
         row m depending on ys[m] only (its gradient is then that of the sum).
       y0: starting points, one chain per row.
       key: PRNG key; step l uses `fold_in(key, l)`.
-      num_steps: L >= 1.
+      num_steps: L >= 1; an array (a value traced inside jit, a loss's run-time
+        hyperparameter: one compiled program for every L) runs the chains in a
+        `fori_loop` of that many steps, the same steps as the scan of a static L.
       step_size: alpha > 0; an array (a value traced inside jit, e.g. a loss's
         run-time hyperparameter) is used as it is, checked where it was set.
       batched: whether log_density scores all rows at once (see above).
@@ -59,7 +61,9 @@ def langevin_chains(
         per-step kernels are large (ML-MCMC with a `BatchedEnergy`); on few chains
         XLA's single small-loop kernel is the faster choice.
     """
-    num_steps = checks.int_at_least("num_steps", num_steps, 1)
+    traced_steps = isinstance(num_steps, jax.Array)
+    if not traced_steps:
+        num_steps = checks.int_at_least("num_steps", num_steps, 1)
     alpha = (step_size if isinstance(step_size, jax.Array)
              else checks.positive("step_size", step_size))
     if batched:
@@ -72,5 +76,9 @@ def langevin_chains(
         y = y + (0.5 * alpha**2) * grad(y) + alpha * eps
         return (keep_loop_parallel(y) if parallel_loop else y), None
 
-    y, _ = jax.lax.scan(step, jnp.asarray(y0), jnp.arange(num_steps))
+    if traced_steps:  # L at run time (a float carrier holds it exactly up to 2^24)
+        trips = jnp.round(num_steps).astype(jnp.int32)
+        y = jax.lax.fori_loop(0, trips, lambda i, y: step(y, i)[0], jnp.asarray(y0))
+    else:
+        y, _ = jax.lax.scan(step, jnp.asarray(y0), jnp.arange(num_steps))
     return jax.lax.stop_gradient(y)

@@ -273,7 +273,7 @@ LOSSES: dict[str, Callable] = {
 
 # hyperparameters a loss uses as plain numbers (no branch, no shape depends on them):
 # they may be given when the loss is called, as arrays (see `make_loss`)
-RUNTIME_HYPERPARAMETERS = {"ml-mcmc": ("step_size",), "dsm": ("sigma",)}
+RUNTIME_HYPERPARAMETERS = {"ml-mcmc": ("step_size", "num_steps"), "dsm": ("sigma",)}
 
 
 def make_loss(method: str, *, runtime: Sequence[str] = (), **hyperparameters) -> Callable:

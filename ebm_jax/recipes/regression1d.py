@@ -16,8 +16,9 @@ random numbers), which makes Figure 2's curves compare M rather than draws.
 
 Compiled once: the data and the per-dataset hyperparameters (the Langevin step, the
 DSM noise: `make_loss(..., runtime=...)`) are arguments of the training step, so the
-two datasets of a method train with one compiled step, and every ensemble of a size is
-scored by one compiled evaluation. Each stage reports the seconds spent compiling,
+two datasets of a method train with one compiled step; so is ML-MCMC's chain length L,
+so ML-MCMC-1, -16 and -256 of one ensemble size share it too; every ensemble of a size
+is scored by one compiled evaluation. Each stage reports the seconds spent compiling,
 training and evaluating: in its table row, those of the stage's results (as measured
 when it trained and was scored, so a rerun writes the same row); in the progress line
 and in results.json's `stage_seconds`, those of this run (a rerun of a finished run

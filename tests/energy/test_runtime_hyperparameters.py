@@ -25,6 +25,8 @@ def energy(x, y):
 
 CASES = [("ml-mcmc", dict(num_steps=3, step_size=0.05, num_samples=4), "step_size",
           (0.05, 0.0125)),
+         ("ml-mcmc", dict(num_steps=3, step_size=0.05, num_samples=4), "num_steps",
+          (1, 3)),
          ("dsm", dict(sigma=0.2, num_samples=8), "sigma", (0.2, 0.075))]
 
 
@@ -59,9 +61,25 @@ def test_langevin_takes_a_traced_step():
         langevin_chains(lambda y: energy(X, y), y0, KEY, num_steps=2, step_size=0.0)
 
 
+def test_langevin_takes_a_traced_chain_length_one_program_for_every_length():
+    """L at run time (ML-MCMC-1, -16 and -256 share one program): a fori_loop of the
+    same steps as the scan of a static L; the same noise (fold_in(key, l)) and the same
+    update, so equal to float32 rounding (XLA may fuse the two loop bodies
+    differently: a few ulps of values below 2 after at most 8 steps)."""
+    y0 = jnp.zeros((3, 1))
+    run = jax.jit(lambda n: langevin_chains(lambda y: energy(X, y), y0, KEY,
+                                            num_steps=n, step_size=0.05))
+    with CompileMeter() as meter:
+        got = {n: run(jnp.float32(n)) for n in (1, 4, 8)}
+    assert meter.compilations == 1
+    for n, g in got.items():
+        want = langevin_chains(lambda y: energy(X, y), y0, KEY, num_steps=n, step_size=0.05)
+        np.testing.assert_allclose(g, want, rtol=0, atol=8 * n * 2.0 ** -23 * 2)
+
+
 @pytest.mark.parametrize("method, hp, runtime", [
     ("nce", dict(sigmas=(0.1, 0.8), num_samples=4), ("sigmas",)),  # shapes depend on it
-    ("ml-mcmc", dict(num_steps=2, step_size=0.05), ("num_steps",)),
+    ("ml-mcmc", dict(num_steps=2, step_size=0.05, num_samples=4), ("num_samples",)),
     ("dsm", dict(num_samples=4, sigma=0.1), ("step_size",)),
 ])
 def test_only_plain_numbers_may_come_at_run_time(method, hp, runtime):

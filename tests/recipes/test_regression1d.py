@@ -280,3 +280,17 @@ def test_quick_and_paper_pass_every_check_and_share_stages(tmp_path):
     assert shared == {f"{m}-d{d}-M256" for m in ("ml-is", "kld-is", "nce", "nce+")
                       for d in (1, 2)}
     assert all(table1[s] == figure2[s] for s in shared)
+
+
+def test_ml_mcmc_of_every_chain_length_shares_one_training_step(tmp_path):
+    """L is a run-time value of the training step: ML-MCMC-3 after ML-MCMC-1 (the same
+    ensemble size and chains) compiles nothing, and trains its own L (another loss)."""
+    _run(f"{TABLE1}:tiny", tmp_path / "w", tmp_path / "o",
+         ["--config.methods=ml-mcmc-1,ml-mcmc-3", "--config.datasets=1"])
+    payload = json.loads((tmp_path / "o" / "results.json").read_text())
+    seconds = payload["stage_seconds"]
+    first, second = (seconds[k] for k in sorted(seconds, key=lambda k: "3" in k))
+    assert first["compilations"] > 0 and second["compilations"] == 0, seconds
+    recs = payload["tables"]["table1"]
+    assert [r["hyperparameters"]["num_steps"] for r in recs] == [1, 3]
+    assert recs[0]["final_loss"] != recs[1]["final_loss"]
