@@ -10,7 +10,8 @@ Variants: quick (about 5-8 min on 2 CPU cores: 5 models x 20 epochs, M = 256, ML
 with 8 chains, top-3 of 5), tiny (seconds; the tests), paper (the paper's protocol:
 20 models x 75 epochs, M = 1024, top-5 of 20; hours on a CPU, ML-MCMC-256 with 1024
 chains about 45 min per model and dataset: add --config.mcmc_models=8 or drop it).
-Both datasets of a method train with one compiled step, and the compilation cache
+Both datasets of a method train with one compiled step (ML-MCMC-1, -16 and -256 of one
+ensemble size too: the chain length is a run-time value), and the compilation cache
 (--compile-cache, default <workdir>/.jax-cache) keeps every program for a rerun; each
 stage's progress line says its seconds compiling, training and evaluating.
 """
