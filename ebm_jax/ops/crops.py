@@ -205,6 +205,31 @@ def rounded_uint8(pixels: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.asarray(pixels)), 0, 255).astype(np.uint8)
 
 
+def crop_box(center, size, crop_center, side, crop_size: int) -> jax.Array:
+    """xyxy box (..., 4) in the pixels of a crop of `side` frame pixels centred at
+    `crop_center` (cy, cx) resampled to `crop_size` (`crop_square`), of a target of
+    centre (cy, cx) and size (h, w) in the frame (0-indexed continuous)."""
+    scale = crop_size / side
+    mid = (crop_size - 1) / 2
+    cy = mid + (center[..., 0] - crop_center[..., 0]) * scale
+    cx = mid + (center[..., 1] - crop_center[..., 1]) * scale
+    h, w = size[..., 0] * scale, size[..., 1] * scale
+    return jnp.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1)
+
+
+def frame_box(box, crop_center, side, crop_size: int) -> tuple[jax.Array, jax.Array]:
+    """The inverse of `crop_box`: (centre (cy, cx), size (h, w)) in the frame of a crop
+    xyxy box."""
+    scale = side / crop_size
+    mid = (crop_size - 1) / 2
+    cx, cy = (box[..., 0] + box[..., 2]) / 2, (box[..., 1] + box[..., 3]) / 2
+    center = jnp.stack([crop_center[..., 0] + (cy - mid) * scale,
+                        crop_center[..., 1] + (cx - mid) * scale], axis=-1)
+    size = jnp.stack([(box[..., 3] - box[..., 1]) * scale,
+                      (box[..., 2] - box[..., 0]) * scale], axis=-1)
+    return center, size
+
+
 def crop_square_np(image, center_yx, side, out_size: int, pad=None) -> np.ndarray:
     """`crop_square` on the host with OpenCV (cv2.warpAffine, INTER_LINEAR,
     BORDER_CONSTANT with `pad`, default the image's mean colour): (out_size, out_size, 3)

@@ -32,7 +32,8 @@ from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.models.box_head import BoxEnergyHead, BoxHeadNet
 from ebm_jax.models.box_head_atom import AtomBoxHead
 from ebm_jax.recipes.tracking_stages import timed_runner
-from ebm_jax.tracking.box_head import BoxHeadSettings, make_box_head_tracker
+from ebm_jax.tracking.box_head import BoxHeadSettings
+from ebm_jax.tracking.box_head_tracker import make_box_head_tracker
 from ebm_jax.tracking.box_head_training import make_box_head_loss, training_crops
 from ebm_jax.tracking.box_refinement import (RefinementProbe, gaussian_box_energy,
                                              refinement_measures)

@@ -9,7 +9,7 @@ copies, T steps each, final box = the mean of the top k by energy.
 
     settings = BoxHeadSettings(method="nce+")
     loss_fn = make_box_head_loss(settings)            # training (`box_head_training`)
-    tracker, params = make_box_head_tracker(backbone, head, settings)
+    tracker, params = make_box_head_tracker(backbone, head, settings)  # `box_head_tracker`
     state = tracker.init(params, frame, box_xywh)
     state, box = tracker.update(params, state, frame)  # jitted, one trace per frame shape
 
@@ -18,35 +18,24 @@ crop pixels (`ebm_jax.models.box_head`). Crops follow SiamFC's conventions
 (`ebm_jax.ops.crops`): the box head sees a search-size crop (255) of side
 exemplar_side x 255 / 127 around the target, the reference frame's and the test
 frame's alike.
+
+This module holds the settings (`BoxHeadSettings`: loss, training, head, refinement,
+tracker options); the tracker is `ebm_jax.tracking.box_head_tracker`, the training
+loss `ebm_jax.tracking.box_head_training`, the crop <-> frame box maps
+`ebm_jax.ops.crops.crop_box` / `frame_box`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
-from ebm_jax.energy.boxes import ascend_boxes
 from ebm_jax.models.box_head_atom import ATOM_POOL_SIZES, ATOM_REF_POOL_SIZES
-from ebm_jax.ops.boxes import decode_relative, encode_relative
 from ebm_jax.ops.jitter import CropJitter
-from ebm_jax.ops.crops import (
-    box_to_center,
-    center_to_box,
-    check_first_box,
-    crop_square,
-    keep_on_frame,
-)
-from ebm_jax.tracking.siamfc import SiamFCSettings, Tracker, make_tracker
-
-# fold_in purpose of the tracker's key
-_JITTER = 0
+from ebm_jax.tracking.siamfc import SiamFCSettings
 
 TRACKING_METHODS = ("ml-is", "kld-is", "nce", "nce+")
 # the training crops: SiamFC's (the test crop shifted and scaled uniformly, the reference
@@ -299,162 +288,5 @@ def _floats(values) -> tuple:
         return ()
 
 
-# ---------------------------------------------------------------- training
-
-
-def crop_box(center, size, crop_center, side, crop_size: int) -> jax.Array:
-    """xyxy box (..., 4) in the pixels of a crop of `side` frame pixels centred at
-    `crop_center` (cy, cx) resampled to `crop_size` (`crop_square`), of a target of
-    centre (cy, cx) and size (h, w) in the frame (0-indexed continuous)."""
-    scale = crop_size / side
-    mid = (crop_size - 1) / 2
-    cy = mid + (center[..., 0] - crop_center[..., 0]) * scale
-    cx = mid + (center[..., 1] - crop_center[..., 1]) * scale
-    h, w = size[..., 0] * scale, size[..., 1] * scale
-    return jnp.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=-1)
-
-
-def frame_box(box, crop_center, side, crop_size: int) -> tuple[jax.Array, jax.Array]:
-    """The inverse of `crop_box`: (centre (cy, cx), size (h, w)) in the frame of a crop
-    xyxy box."""
-    scale = side / crop_size
-    mid = (crop_size - 1) / 2
-    cx, cy = (box[..., 0] + box[..., 2]) / 2, (box[..., 1] + box[..., 3]) / 2
-    center = jnp.stack([crop_center[..., 0] + (cy - mid) * scale,
-                        crop_center[..., 1] + (cx - mid) * scale], axis=-1)
-    size = jnp.stack([(box[..., 3] - box[..., 1]) * scale,
-                      (box[..., 2] - box[..., 0]) * scale], axis=-1)
-    return center, size
-
-
-# ---------------------------------------------------------------- tracking
-
-
-class BoxHeadState(NamedTuple):
-    """siamfc: SiamFC's state (centre, size, template, search side, padding colour,
-    last response peak); modulation: the target's modulation vectors (one per level);
-    key: raw key data of the candidates' jitter; frame: the number of updates so far;
-    best_peak: the highest response peak so far (`lost_ratio`'s reference)."""
-
-    siamfc: Any
-    modulation: tuple
-    key: jax.Array
-    frame: jax.Array
-    best_peak: jax.Array
-
-
-def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
-                          settings: BoxHeadSettings = BoxHeadSettings(),
-                          siamfc: SiamFCSettings = SiamFCSettings(), *,
-                          levels=None, refine: bool = True, seed: int = 0,
-                          jit: bool = True) -> tuple[Tracker, tuple]:
-    """(tracker, params): SiamFC (one scale, `siamfc` otherwise) with the box head's
-    refinement; params = (backbone state in eval mode, head state). `init(params, frame,
-    box)` also computes the target's modulation (the reference crop: search_size,
-    centred on the box). `update(params, state, frame) -> (state, box)`: SiamFC's
-    coarse centre with the previous size; with `refine`, a search_size crop centred
-    there, the head's test features, `num_candidates` starting boxes (the estimate and
-    jittered copies, keys fold_in(fold_in(key(seed), frame), 0)), `ascend_boxes`, the
-    mean of the top k; then the size and centre limits of `BoxHeadSettings` (a
-    non-finite refined box falls back to the coarse one). `refine=False` gives the
-    coarse box (for timing the refinement). Both are jitted unless `jit=False`.
-    Boxes are xywh (1-indexed). `levels`: default the backbone's `box_head_levels`."""
-    levels = tuple(backbone.box_head_levels if levels is None else levels)
-    model = nnx.clone(backbone)
-    model.eval()
-    head.check_geometry(model.level_geometry(levels), model.level_channels(levels))
-    graph_b, state_b = nnx.split(model)
-    graph_h, state_h = nnx.split(head)
-    s, size = settings, siamfc.search_size
-    coarse_settings = dataclasses.replace(siamfc, scale_num=1)
-
-    def embed(params, images):
-        return nnx.merge(graph_b, params)(images)
-
-    siam = make_tracker(embed, coarse_settings)
-    lengths = jnp.asarray(s.step_lengths, jnp.float32)
-    jitter_scale = jnp.asarray([s.jitter_center, s.jitter_center, s.jitter_size,
-                                s.jitter_size], jnp.float32)
-
-    def features(params_b, crop):
-        return [lv[0] for lv in nnx.merge(graph_b, params_b).features(crop[None], levels)]
-
-    def init(params, frame, box) -> BoxHeadState:
-        params_b, params_h = params
-        frame = jnp.asarray(frame)
-        siam_state = siam.init(params_b, frame, box)
-        side = s.head_side(siamfc, siam_state.size[0], siam_state.size[1])
-        crop = crop_square(frame, siam_state.center, side, size, siam_state.pad)
-        ref_box = crop_box(siam_state.center, siam_state.size, siam_state.center, side, size)
-        modulation = nnx.merge(graph_h, params_h).modulation(features(params_b, crop),
-                                                             ref_box)
-        key = jax.random.key_data(jax.random.key(seed))
-        return BoxHeadState(siam_state, modulation, key, jnp.zeros((), jnp.int32),
-                            jnp.zeros((), jnp.float32))
-
-    def refine_box(params, state: BoxHeadState, frame, center, box_size):
-        params_b, params_h = params
-        head_m = nnx.merge(graph_h, params_h)
-        side = s.head_side(siamfc, box_size[0], box_size[1])
-        crop = crop_square(frame, center, side, size, state.siamfc.pad)
-        test = head_m.test_features(features(params_b, crop))
-        coarse = crop_box(center, box_size, center, side, size)
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.wrap_key_data(state.key),
-                                                    state.frame), _JITTER)
-        noise = (jax.random.uniform(key, (s.num_candidates - 1, 4)) - 0.5) * jitter_scale
-        y0 = encode_relative(coarse, coarse)
-        starts = decode_relative(
-            jnp.concatenate([y0[None], y0[None] + noise], axis=0), coarse)
-        refs = jnp.broadcast_to(coarse, starts.shape)
-        boxes, f, _ = ascend_boxes(
-            lambda inp, b, c: head_m.score(inp[0], inp[1], b), (state.modulation, test),
-            starts, num_steps=s.refine_steps, step_length=lengths, reference=refs,
-            reject_decreasing=s.reject_decreasing)
-        top = jnp.argsort(-jnp.where(jnp.isfinite(f), f, -jnp.inf))[:s.top_k]
-        best = decode_relative(jnp.mean(encode_relative(boxes[top], coarse), axis=0),
-                               coarse)
-        new_center, new_size = frame_box(best, center, side, size)
-        ok = jnp.all(jnp.isfinite(new_center)) & jnp.all(jnp.isfinite(new_size))
-        if s.accept_margin is not None:  # only a box the head prefers by the margin
-            f_best, f_coarse = head_m.score(state.modulation, test,
-                                            jnp.stack([best, coarse]))
-            ok &= f_best - f_coarse > s.accept_margin
-        if not s.refine_center:  # SiamFC's centre kept, the head sizes the box
-            new_center = center
-        # a damped size update in log space: size^(1 - d) x refined^d
-        new_size = jnp.exp((1 - s.size_update) * jnp.log(box_size)
-                           + s.size_update * jnp.log(new_size))
-        return jnp.where(ok, new_center, center), jnp.where(ok, new_size, box_size)
-
-    def update(params, state: BoxHeadState, frame):
-        frame = jnp.asarray(frame)
-        siam_state, _ = siam.update(params[0], state.siamfc, frame)
-        center, box_size = keep_on_frame(siam_state.center, state.siamfc.size, frame.shape,
-                                  s.min_size)
-        best_peak = jnp.maximum(state.best_peak, siam_state.peak)
-        if refine:
-            refined = keep_on_frame(*refine_box(params, state, frame, center, box_size),
-                                    frame.shape, s.min_size)
-            if s.lost_ratio is not None:  # the coarse box where the target seems lost
-                lost = (best_peak > 0) & (siam_state.peak < s.lost_ratio * best_peak)
-                refined = tuple(jnp.where(lost, c, r)
-                                for c, r in zip((center, box_size), refined))
-            center, box_size = refined
-        side = siamfc.search_side(box_size[0], box_size[1])
-        siam_state = siam_state._replace(center=center, size=box_size, search_side=side)
-        new = state._replace(siamfc=siam_state, frame=state.frame + 1, best_peak=best_peak)
-        return new, center_to_box(center[0], center[1], box_size[0], box_size[1])
-
-    if jit:
-        init, update = jax.jit(init), jax.jit(update)
-
-    def checked_init(params, frame, box) -> BoxHeadState:
-        check_first_box(frame, box)  # concrete, before tracing
-        return init(params, frame, jnp.asarray(box, jnp.float32))
-
-    checked_init.traced = init
-    return Tracker(checked_init, update), (state_b, state_h)
-
-
-__all__ = ["ATOM_FIELDS", "HEADS", "PROCESSINGS", "TRACKING_METHODS", "BoxHeadSettings",
-           "BoxHeadState", "crop_box", "frame_box", "make_box_head_tracker"]
+__all__ = ["ATOM_FIELDS", "HEADS", "PRDIMP_FIELDS", "PROCESSINGS", "TRACKER_OPTIONS",
+           "TRACKING_METHODS", "BoxHeadSettings"]

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 
 from ebm_jax.energy.boxes import make_tracking_box_loss
 from ebm_jax.ops.augment import gaussian_blur, grayscale
-from ebm_jax.ops.crops import box_to_center, crop_square
-from ebm_jax.tracking.box_head import BoxHeadSettings, crop_box
+from ebm_jax.ops.crops import box_to_center, crop_box, crop_square
+from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.siamfc import SiamFCSettings
 
 # fold_in purposes of the training step's key, and of its crops' key

@@ -83,12 +83,16 @@ class RunContext:
     def stages_started(self) -> int:
         return len(self._stages[0])
 
-    def stage_label(self, name: str) -> str:
-        """`name` with its place in the run: "stage i of n" where the recipe counted
-        the run's stages, "stage i" otherwise."""
+    def stage_place(self) -> str:
+        """The current stage's place in the run: "stage i of n" where the recipe
+        counted the run's stages, "stage i" otherwise."""
         n = self.planned_stages
         of = "" if n is None or self.stages_started > n else f" of {n}"
-        return f"stage {self.stages_started}{of} ({name})"
+        return f"stage {self.stages_started}{of}"
+
+    def stage_label(self, name: str) -> str:
+        """`stage_place()` with the stage's name: "stage i of n (name)"."""
+        return f"{self.stage_place()} ({name})"
 
     def eta(self) -> str:
         """The run's remaining time at its pace so far (the seconds per stage so far x
@@ -322,7 +326,7 @@ class TrainStage:
         if not ctx.progress:  # no bars: one line per finished stage
             loss = "" if figures.final_loss is None else f", final loss {figures.final_loss:.4g}"
             ctx.log(f"stage {self.name}: {figures.steps} steps, {figures.seconds:.0f} s of "
-                    f"training{loss} [{label.split(' (')[0]}{ctx.eta()}]")
+                    f"training{loss} [{ctx.stage_place()}{ctx.eta()}]")
         elif ctx.planned_stages is not None and ctx.stages_started < ctx.planned_stages:
             ctx.log(f"{label} done{ctx.eta()}")
         return state, figures

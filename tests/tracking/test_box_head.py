@@ -14,12 +14,9 @@ from flax import nnx
 from ebm_jax.models.alexnet import SiamFCAlexNet
 from ebm_jax.models.box_head import BoxEnergyHead
 from ebm_jax.ops.crops import box_to_center, crop_square, exemplar_side
-from ebm_jax.tracking.box_head import (
-    BoxHeadSettings,
-    crop_box,
-    frame_box,
-    make_box_head_tracker,
-)
+from ebm_jax.ops.crops import crop_box, frame_box
+from ebm_jax.tracking.box_head import BoxHeadSettings
+from ebm_jax.tracking.box_head_tracker import make_box_head_tracker
 from ebm_jax.tracking.box_head_training import box_head_crops, make_box_head_loss
 from ebm_jax.tracking.siamfc import track_sequence
 
