@@ -40,7 +40,7 @@ def _absolute(path) -> epath.Path:
 def latest_step(stage_dir) -> int | None:
     """The newest complete checkpoint step of a stage, without opening a manager."""
     d = epath.Path(stage_dir) / CHECKPOINTS
-    if not d.exists():
+    if not d.is_dir():  # none (or not a directory: `fit` says so in one line)
         return None
     steps = [int(p.name) for p in d.iterdir() if p.name.isdigit()]
     return max(steps) if steps else None

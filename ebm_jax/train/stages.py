@@ -75,13 +75,22 @@ class RunContext:
         self._restarted: set[str] = set()
         self.current: tuple[str, Any] | None = None  # (stage name, stage dir) in training
         # [the stage directories TrainStage.run has entered (finished ones included;
-        # a stage entered again, as an arm reusing it, counts once), the run's start]:
+        # a stage entered again, as an arm reusing it, counts once), the run's start,
+        # those of them that were finished before this run (loaded, not trained)]:
         # one list, shared by the copies `with_seed` makes
-        self._stages = [set(), time.monotonic()]
+        self._stages = [set(), time.monotonic(), set()]
 
     @property
     def stages_started(self) -> int:
         return len(self._stages[0])
+
+    def enter_stage(self, stage_dir, finished: bool = False) -> None:
+        """Counts `stage_dir` as one of the run's stages (once, however often it is
+        entered); `finished`: it was finished before this run, so it is loaded, and
+        its time says nothing of the pace."""
+        self._stages[0].add(str(stage_dir))
+        if finished:
+            self._stages[2].add(str(stage_dir))
 
     def stage_place(self) -> str:
         """The current stage's place in the run: "stage i of n" where the recipe
@@ -95,12 +104,15 @@ class RunContext:
         return f"{self.stage_place()} ({name})"
 
     def eta(self) -> str:
-        """The run's remaining time at its pace so far (the seconds per stage so far x
-        the stages left), or "" where the stages were not counted or none finished."""
+        """The run's remaining time at its pace so far (the seconds per stage trained
+        in this run x the stages left; a resumed run's finished stages, loaded in a
+        moment, do not count as trained), or "" where the stages were not counted or
+        none was trained yet."""
         n, done = self.planned_stages, self.stages_started
-        if n is None or done < 1 or done >= n:
+        trained = len(self._stages[0] - self._stages[2])
+        if n is None or trained < 1 or done >= n:
             return ""
-        left = (time.monotonic() - self._stages[1]) / done * (n - done)
+        left = (time.monotonic() - self._stages[1]) / trained * (n - done)
         return f"; the other {n - done} stage(s): about {_duration(left)} at this pace"
 
     # -- lifetime
@@ -304,11 +316,16 @@ class TrainStage:
         stage_dir = self.dir(ctx)
         save_every = self.save_every or self.log_every * 10
         ctx.current = (self.name, stage_dir)
-        ctx._stages[0].add(str(stage_dir))
+        from ebm_jax.train.checkpoint import latest_step
+
+        restart = ctx.should_restart(stage_dir)
+        done_before = None if restart else latest_step(stage_dir)
+        ctx.enter_stage(stage_dir, finished=done_before is not None
+                        and done_before >= self.num_steps)
         label = ctx.stage_label(self.name)
         state = fit(stage_dir, state, step_fn, batches, num_steps=self.num_steps,
                     config=self.full_identity, save_every=save_every, keep=self.keep,
-                    log_every=self.log_every, restart=ctx.should_restart(stage_dir),
+                    log_every=self.log_every, restart=restart,
                     progress=ctx.progress, description=label,
                     global_batches=self.global_batches, on_metrics=on_metrics,
                     start_from=None if prefix is None else (prefix.dir(ctx),

@@ -349,3 +349,31 @@ def test_the_stage_count_is_shared_by_the_seeds_and_the_eta_is_the_pace_so_far(
     ctx._stages[0].add("w/e")  # more than counted: no "of n" that would be wrong
     assert ctx.stage_label("e") == "stage 5 (e)"
     assert RunContext(tmp_path / "v", lock=False).stage_label("b") == "stage 0 (b)"
+
+
+def test_a_resumed_runs_eta_counts_only_the_stages_it_trains(tmp_path, monkeypatch):
+    """Finished stages a resumed run loads in a moment are counted in "stage i of n"
+    but not in its pace: the ETA is the seconds per stage trained here."""
+    from ebm_jax.train import stages
+
+    clock = [0.0]
+    monkeypatch.setattr(stages.time, "monotonic", lambda: clock[0])
+    ctx = RunContext(tmp_path / "w", planned_stages=6, lock=False)
+    for name in "abc":
+        ctx.enter_stage(f"w/{name}", finished=True)
+    clock[0] += 3.0  # three stages loaded in 3 s
+    assert ctx.stage_label("c") == "stage 3 of 6 (c)" and ctx.eta() == ""
+    ctx.enter_stage("w/d")
+    clock[0] += 600.0  # one stage trained in 10 min: the two left take about 20 min
+    assert ctx.eta() == "; the other 2 stage(s): about 20 min at this pace"
+
+
+def test_a_finished_stage_run_again_is_loaded_and_gives_no_pace(toy, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.setattr(toy, "count_stages", lambda cfg: 3, raising=False)
+    for expected in ("[stage 1 of 3; the other 2 stage(s): about ", "[stage 1 of 3]"):
+        lines = []
+        run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False,
+                       log=lines.append)
+        (done,) = [ln for ln in lines if ln.startswith("stage toy") and " steps, " in ln]
+        assert expected in done, done  # the second run loads the stage: no pace
