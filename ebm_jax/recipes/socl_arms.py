@@ -238,18 +238,25 @@ LST_ONLY = ("b_p",)  # settings that change nothing without LSTs
 
 
 def lst_study(cfg) -> list[Arm]:
-    """For each of `cfg.lst_variants`: +mix-up and +LST (Table 1's last two rows) with
-    that variant, compared in pairs; a variant that changes only the LSTs shares the
+    """The start every arm of a seed trains from (no SoCL training: random, MoCo's or
+    ImageNet's weights), then for each of `cfg.lst_variants`: +mix-up and +LST (Table
+    1's last two rows) with that variant, compared in pairs and each with the start
+    (does SoCL keep or improve it?); a variant that changes only the LSTs shares the
     paper's +mix-up arm (the same stage)."""
-    arms, p = [], cfg.points
+    arms, p = [_arm(START, "random")], cfg.points
     for name in cfg.lst_variants:
         over = LST_VARIANTS[name]
         mix_over = tuple((k, v) for k, v in over if k not in LST_ONLY)
         mix = f"+mix-up, {name}" if mix_over else "+mix-up, paper"
         if mix not in [a.label for a in arms]:
-            arms.append(_arm(mix, "socl", socl=(("use_lst", False), *mix_over), points=p))
-        arms.append(_arm(f"+LST, {name}", "socl", socl=over, points=p, compared_with=(mix,)))
+            arms.append(_arm(mix, "socl", socl=(("use_lst", False), *mix_over), points=p,
+                             compared_with=(START,)))
+        arms.append(_arm(f"+LST, {name}", "socl", socl=over, points=p,
+                         compared_with=(mix, START)))
     return arms
+
+
+START = "start (no SoCL training)"  # the LST study's arm of the initial weights
 
 
 def table4(cfg) -> list[Arm]:

@@ -108,16 +108,20 @@ def test_arms_of_every_experiment():
     assert cf["SoCL-CF"].compared_with == ("Init-CF", "Box-CF", "SoCL-Siam")
     assert labels["table5"] == ["SoCL-Siam", "SoCL-CF", "head, all boxes",
                                 "head, pseudo boxes T=2", "head, sparse boxes T=2"]
-    # the LST study: a variant of the LSTs alone shares the paper's +mix-up arm
-    assert labels["lst"] == ["+mix-up, paper", "+LST, paper", "+LST, b_p 0.9",
+    # the LST study: the start, then pairs; a variant of the LSTs alone shares the
+    # paper's +mix-up arm
+    start = "start (no SoCL training)"
+    assert labels["lst"] == [start, "+mix-up, paper", "+LST, paper", "+LST, b_p 0.9",
                              "+mix-up, own-pair mix-ups", "+LST, own-pair mix-ups"]
     lst = {a.label: a for a in recipe.arms_of(tiny("lst"))}
-    assert lst["+LST, b_p 0.9"].compared_with == ("+mix-up, paper",)
+    assert lst["+LST, b_p 0.9"].compared_with == ("+mix-up, paper", start)
+    assert lst["+mix-up, paper"].compared_with == (start,)
+    assert lst[start].method == "random"  # the initial weights, not trained
     assert dict(dict(lst["+mix-up, own-pair mix-ups"].about)["socl"]) == {
         "use_lst": False, "mix_scope": "pair"}
     every = recipe.arms_of(tiny("lst", "--config.lst_variants=" + ",".join(
         recipe.arms_lib.LST_VARIANTS)))
-    assert len(every) == 2 * len(recipe.arms_lib.LST_VARIANTS) - 2  # two b_p variants
+    assert len(every) == 2 * len(recipe.arms_lib.LST_VARIANTS) - 1  # start; two b_p
     gst = recipe.arms_of(tiny())[0]
     assert dict(dict(gst.about)["socl"]) == {"use_sns": False, "use_mix": False,
                                              "use_lst": False}
@@ -409,7 +413,8 @@ def test_the_lst_study_compares_the_fine_tuning_options_on_validation(monkeypatc
 
     cfg = tiny("lst", f"--config.lst_variants=paper,{variant}")
     arms = {a.label: a for a in recipe.arms_of(cfg)}
-    assert arms[f"+LST, {variant}"].compared_with == (f"+mix-up, {variant}",)
+    assert arms[f"+LST, {variant}"].compared_with == (f"+mix-up, {variant}",
+                                                       "start (no SoCL training)")
     seen = []
 
     def fake_train(cfg_arm, ctx, sequences, tops, points, ident, socl, seed, **kw):
