@@ -83,10 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("config", metavar="CONFIG[:variant]")
     p.set_defaults(func=_show)
 
-    p = sub.add_parser("list", help="every experiment config and its variants (imports, "
-                       "i.e. runs, every .py file under --root)",
+    p = sub.add_parser("list", help="every experiment config, its variants and their "
+                       "measured wall times (imports, i.e. runs, every .py file under "
+                       "--root)",
                        description="Lists every config file under --root with its "
-                       "variants. A config file is Python, executed when loaded: `list` "
+                       "variants and each variant's measured wall time, with the machine "
+                       "(from --root's wall_times.json, written by "
+                       "benchmarks/wall_times.py). A config file is Python, executed when loaded: `list` "
                        "imports every .py file it finds, so read a config from elsewhere "
                        "before listing or running it.")
     p.add_argument("--root", default="experiments", help="folder of config files")
@@ -211,16 +214,23 @@ def _show(args, overrides) -> int:
 
 
 def _list(args, overrides) -> int:
-    from ebm_jax.config import describe, find_configs
+    from pathlib import Path
+
+    from ebm_jax.config import describe, find_configs, wall_time_text, wall_times
 
     paths = find_configs(args.root)
     if not paths:
         raise ValueError(f"no config files under {args.root} (run from the repository "
                          "root, or give --root)")
+    measured = wall_times(args.root)
     width = max(len(str(p)) for p in paths)
     for p in paths:
         purpose, variants = describe(p)
         print(f"{str(p):<{width}}  [{', '.join(variants)}]  {purpose}")
+        times = measured.get(str(Path(p).relative_to(args.root)), {})
+        print(" " * (width + 2) + "wall time: " + "; ".join(
+            f"{v} {wall_time_text(times[v])}" if times.get(v) else f"{v} not measured"
+            for v in variants))
     return 0
 
 

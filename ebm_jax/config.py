@@ -281,6 +281,59 @@ def find_configs(root: str | Path = CONFIG_ROOT) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if p.name != "__init__.py")
 
 
+# the measured wall times of the configs' variants, a JSON file beside them:
+# {config path under the root: {variant: [entry, ...]}}, an entry {"seconds": s or
+# [low, high], "machine": ..., "date": ..., "how": the command or page it comes from}
+# (`benchmarks/wall_times.py` measures and writes the tiny ones)
+WALL_TIMES = "wall_times.json"
+
+
+def duration(seconds: float) -> str:
+    """A duration as a person reads it: 45 s, 12 min, 2.3 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def wall_times(root: str | Path = CONFIG_ROOT) -> dict:
+    """The measured wall times under `root` ({} where the file is missing); a file
+    that is not of the form above is one ConfigError naming it."""
+    import json
+
+    path = Path(root) / WALL_TIMES
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        for variants in data.values():
+            for entries in variants.values():
+                for e in entries:
+                    seconds = e["seconds"]
+                    seconds = seconds if isinstance(seconds, list) else [seconds]
+                    if not (1 <= len(seconds) <= 2 and all(
+                            isinstance(v, (int, float)) and v > 0 for v in seconds)
+                            and isinstance(e["machine"], str)):
+                        raise ValueError(f"bad entry {e!r}")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"{path}: not a file of measured wall times ({e})") from None
+    return data
+
+
+def wall_time_text(entries: list) -> str:
+    """The entries of one variant: "35-40 min (2 CPU cores); 3 min (one H100)"."""
+    out = []
+    for e in entries:
+        s = e["seconds"] if isinstance(e["seconds"], list) else [e["seconds"]]
+        parts = [duration(v).split(" ") for v in s]
+        text = (f"{parts[0][0]}-{' '.join(parts[1])}"  # "35-40 min"
+                if len(parts) == 2 and parts[0][1] == parts[1][1]
+                else " - ".join(" ".join(p) for p in parts))
+        out.append(f"{text} ({e['machine']})")
+    return "; ".join(out)
+
+
 def describe(path: Path) -> tuple[str, tuple[str, ...]]:
     """(one-line purpose, variants) of a config file, without running its recipe."""
     module = load_module(path)

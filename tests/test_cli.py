@@ -234,9 +234,47 @@ def test_list_gives_each_config_its_whole_purpose(capsys, monkeypatch):
     monkeypatch.chdir(Path(__file__).parents[1])
     assert cli.main(["list"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == len(find_configs(Path(__file__).parents[1] / "experiments"))
-    for line in lines:  # a purpose is whole sentences, never cut mid-sentence
+    purposes = [ln for ln in lines if not ln.startswith(" ")]
+    assert len(purposes) == len(find_configs(Path(__file__).parents[1] / "experiments"))
+    for line in purposes:  # a purpose is whole sentences, never cut mid-sentence
         assert line.rstrip().endswith((".", ")", ".)")), line
+
+
+def test_list_gives_each_variants_measured_wall_time(capsys, monkeypatch):
+    """Every config's tiny variant has a measured wall time on record (a config added
+    without one fails here: run `python benchmarks/wall_times.py --configs FILE`), each
+    entry names a config and a variant that exist, and `list` prints them."""
+    from ebm_jax.config import load_module, wall_times
+
+    root = Path(__file__).parents[1]
+    monkeypatch.chdir(root)
+    table = wall_times("experiments")
+    configs = {p.relative_to(root / "experiments").as_posix(): p
+               for p in find_configs(root / "experiments")}
+    assert set(table) <= set(configs), set(table) - set(configs)
+    for name, path in configs.items():
+        assert table.get(name, {}).get("tiny"), f"{name}: no measured tiny wall time"
+        assert set(table[name]) <= set(load_module(path).VARIANTS), name
+    assert cli.main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    times = [ln.strip() for ln in lines if ln.startswith(" ")]
+    assert len(times) == len(configs)
+    assert all(ln.startswith("wall time: ") and "tiny " in ln for ln in times)
+    assert all("tiny not measured" not in ln for ln in times)
+
+
+def test_a_wall_time_file_that_is_not_one_is_one_line(tmp_path, capsys):
+    (tmp_path / "a.py").write_text('"""ebm-jax run a.py\n\nA toy."""\nVARIANTS = ("x",)\n'
+                                   'def get_config(variant):\n    return None\n')
+    (tmp_path / "wall_times.json").write_text('{"a.py": {"x": [{"seconds": -1, '
+                                              '"machine": "m"}]}}')
+    assert cli.main(["list", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "wall_times.json: not a file of measured wall " in err
+    (tmp_path / "wall_times.json").write_text('{"a.py": {"x": [{"seconds": [60, 120], '
+                                              '"machine": "2 CPU cores"}]}}')
+    assert cli.main(["list", "--root", str(tmp_path)]) == 0
+    assert "wall time: x 60 s - 2 min (2 CPU cores)" in capsys.readouterr().out
 
 
 def test_show_prints_fields_values_and_defaults(capsys, monkeypatch):

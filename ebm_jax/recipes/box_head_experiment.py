@@ -51,6 +51,10 @@ def train_box_head_arm(env: stages.TrackingRun, seed: int, used, *,
     less the validation split (`box_head_stages.train_box_head`; `prefix_steps`: the
     finished shorter stage of the same head it continues)."""
     box, joint = used["box-siam"], env.cfg.box_head_joint
+    # the refinement's step lengths are chosen after training, on heads trained with
+    # the config's (`choose_box_head_settings`): the head of the chosen settings is
+    # that stage, whatever step lengths it is then tracked with
+    settings = dataclasses.replace(settings, step_lengths=env.cfg.box_head.step_lengths)
     sequences, identity = stages.training_split(env.data, env.cfg)
     sigmas = "" if settings.sigmas == env.cfg.box_head.sigmas else "-sigmas" + "_".join(
         f"{x:g}" for x in settings.sigmas)

@@ -35,6 +35,7 @@ import jax
 import numpy as np
 from etils import epath
 
+from ebm_jax.config import duration
 from ebm_jax.io import CorruptFileError, atomic_write, content_hash, json_normalised, read_json
 from ebm_jax.train.locks import LOCK, RunLock, RunLockedError, process_alive  # noqa: F401 (re-exported)
 
@@ -113,7 +114,7 @@ class RunContext:
         if n is None or trained < 1 or done >= n:
             return ""
         left = (time.monotonic() - self._stages[1]) / trained * (n - done)
-        return f"; the other {n - done} stage(s): about {_duration(left)} at this pace"
+        return f"; the other {n - done} stage(s): about {duration(left)} at this pace"
 
     # -- lifetime
     def __enter__(self) -> RunContext:
@@ -266,15 +267,6 @@ def stage_figures(stage_dir, num_steps: int, *, finished: bool = False) -> Stage
         compile_seconds=float(compile_s),
         final_loss=losses[-1] if losses else None,
         finite=bool(losses) and all(math.isfinite(v) for v in losses))
-
-
-def _duration(seconds: float) -> str:
-    """A duration as a person reads it: 45 s, 12 min, 2.3 h."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 @dataclasses.dataclass(frozen=True)

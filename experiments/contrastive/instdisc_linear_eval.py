@@ -10,7 +10,7 @@ supervised encoders are the same stages as in moco_linear_eval.py (trained once 
 shared work directory).
 
 Variants: quick (digits on photos, 16x16 RGB, three seeds, ResNet-18 width 16), tiny
-(seconds; the tests), cifar (CIFAR-10, ResNet-18 width 64, 4096 noise samples; needs
+(a minute or two; the tests), cifar (CIFAR-10, ResNet-18 width 64, 4096 noise samples; needs
 --config.data_root=<folder of cifar-10-batches-py> and a GPU).
 """
 

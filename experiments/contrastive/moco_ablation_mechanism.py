@@ -10,7 +10,7 @@ In the paper (ImageNet) MoCo matches end-to-end where both fit and beats the mem
 bank at every K.
 
 Variants: quick (digits on photos, 16x16 RGB, three seeds, ResNet-18 width 16), tiny
-(seconds; the tests), cifar (MoCo's single-device CIFAR-10 recipe; needs
+(a minute or two; the tests), cifar (MoCo's single-device CIFAR-10 recipe; needs
 --config.data_root=<folder of cifar-10-batches-py> and a GPU).
 """
 

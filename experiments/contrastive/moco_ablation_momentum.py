@@ -9,7 +9,7 @@ top-1 %): m = 0 fails to train (the loss oscillates), 0.9: 55.2, 0.99: 57.8,
 0.999: 59.0, 0.9999: 58.9. A momentum close to 1 keeps the queue's keys consistent.
 
 Variants: quick (digits on photos, 16x16 RGB, three seeds, ResNet-18 width 16, m in
-{0, 0.99}), tiny (seconds; the tests), cifar (MoCo's single-device CIFAR-10 recipe;
+{0, 0.99}), tiny (a minute or two; the tests), cifar (MoCo's single-device CIFAR-10 recipe;
 needs --config.data_root=<folder of cifar-10-batches-py> and a GPU).
 """
 

@@ -7,7 +7,7 @@ frozen encoder between the random floor and the supervised ceiling. In the paper
 (ImageNet, ResNet-50, Fig. 3) MoCo's accuracy grows with K up to K = 65536.
 
 Variants: quick (digits on photos, 16x16 RGB, three seeds, ResNet-18 width 16, K in
-{64, 1024}), tiny (seconds; the tests), cifar (MoCo's single-device CIFAR-10 recipe;
+{64, 1024}), tiny (a minute or two; the tests), cifar (MoCo's single-device CIFAR-10 recipe;
 needs --config.data_root=<folder of cifar-10-batches-py> and a GPU).
 """
 

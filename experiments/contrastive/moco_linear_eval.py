@@ -9,7 +9,7 @@ architecture) and the ceiling (the same encoder trained with labels).
 The paper's figure (ImageNet, ResNet-50, linear top-1): MoCo 60.6 %.
 
 Variants: quick (digits on photos, 16x16 RGB, three seeds, ResNet-18 width 16), tiny
-(seconds; the tests), cifar (MoCo's single-device CIFAR-10 recipe: ResNet-18, batch
+(a minute or two; the tests), cifar (MoCo's single-device CIFAR-10 recipe: ResNet-18, batch
 512, K 4096, 200 epochs; needs --config.data_root=<folder of cifar-10-batches-py> and a
 GPU).
 """

@@ -8,7 +8,7 @@ start from the same initialisations and batch orders. Stages equal to Table 1's 
 method, M and sizes) are shared through the common work directory runs/regression1d.
 
 Variants: quick (5 models x 20 epochs, M in 1, 4, 16, 64, 256, 1024, top-3 of 5; its
-M = 256 stages are those of table1_toy1d.py:quick), tiny (seconds; the tests), paper
+M = 256 stages are those of table1_toy1d.py:quick), tiny (a minute or two; the tests), paper
 (20 models x 75 epochs, M = 1, 2, 4, ..., 1024, top-5 of 20).
 """
 

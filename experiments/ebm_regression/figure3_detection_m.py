@@ -7,7 +7,7 @@ shared `backbone` stage (the heads at M = 128 are those of Table 2: with the sam
 workdir they are trained once). The figure is figure3_4_m.png.
 
 Variants: quick (generated data, 32 heads, about 40 min on 2 CPU cores; add
---config.m_values=1,4,16,128 for a shorter sweep), tiny (seconds; the tests), paper (the
+--config.m_values=1,4,16,128 for a shorter sweep), tiny (a minute or two; the tests), paper (the
 paper's head and schedule on COCO: needs --config.coco_root=DIR
 --config.detections=FILE, and a GPU).
 """

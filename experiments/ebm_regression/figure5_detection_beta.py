@@ -5,7 +5,7 @@ Figure 5 of "How to Train Your Energy-Based Model for Regression" (sec. 4.2): de
 NCE and NCE+ heads at M = 128 (beta = 0.1 is Table 2's NCE+ head, trained once with the
 same workdir). The figure is figure5_beta.png.
 
-Variants: quick (generated data, 7 heads, about 10 min on 2 CPU cores), tiny (seconds;
+Variants: quick (generated data, 7 heads, about 10 min on 2 CPU cores), tiny (a minute or two;
 the tests), paper (the paper's head and schedule on COCO: needs
 --config.coco_root=DIR --config.detections=FILE, and a GPU).
 """

@@ -7,7 +7,7 @@ Every method trains an ensemble of independently initialised 591-parameter netwo
 ground truth on a 2048 x 2048 grid; the table reports the mean of the best top_k models.
 
 Variants: quick (about 5-8 min on 2 CPU cores: 5 models x 20 epochs, M = 256, ML-MCMC
-with 8 chains, top-3 of 5), tiny (seconds; the tests), paper (the paper's protocol:
+with 8 chains, top-3 of 5), tiny (a minute or two; the tests), paper (the paper's protocol:
 20 models x 75 epochs, M = 1024, top-5 of 20; hours on a CPU, ML-MCMC-256 with 1024
 chains about 45 min per model and dataset: add --config.mcmc_models=8 or drop it).
 Both datasets of a method train with one compiled step (ML-MCMC-1, -16 and -256 of one

@@ -13,7 +13,7 @@ lengths and the sweeps of Figures 3-5 and Table 3 are chosen.
 Variants: quick (three seeds, each with its own data, detector, backbone and heads;
 six of the eight methods, without ML-MCMC-4 and -8; generated data, the head's learning
 rate 10x the paper's for a 200x shorter schedule, gradient-norm clip 5 so that DSM does
-not diverge at that rate), tiny (seconds; the tests), paper (the paper's head and schedule on
+not diverge at that rate), tiny (a minute or two; the tests), paper (the paper's head and schedule on
 COCO: needs --config.coco_root=DIR --config.detections=FILE, and a GPU).
 """
 

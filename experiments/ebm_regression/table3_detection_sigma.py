@@ -6,7 +6,7 @@ NCE heads at M = 128, each with the noise distribution of one sigma set (the set
 0.075, 0.15, 0.3 is Table 2's NCE head, trained once with the same workdir). The
 paper's numbers are COCO val AP.
 
-Variants: quick (generated data, 5 heads, about 8 min on 2 CPU cores), tiny (seconds;
+Variants: quick (generated data, 5 heads, about 8 min on 2 CPU cores), tiny (a minute or two;
 the tests), paper (the paper's head and schedule on COCO: needs --config.coco_root=DIR
 --config.detections=FILE, and a GPU).
 """

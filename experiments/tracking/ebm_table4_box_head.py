@@ -31,7 +31,8 @@ train sequences of which 10 validate, 30 test sequences of 80 frames at 320x240,
 600 steps, heads 600 steps, three seeds; about 2 h of compute on 2 CPU cores, measured
 in two sittings with other jobs on the machine: a Box-Siam 4-10 min, a head 2-4.5 min,
 then the validation candidates and the test split tracked at 50-120 FPS), tiny (the
-tests, about two minutes), paper (the published SiamFC net and schedule, heads 40k
+tests; 7.5 min on 2 CPU cores beside another job: four losses, two training lengths,
+five tracker options on validation, each compiled), paper (the published SiamFC net and schedule, heads 40k
 steps; GPU).
 """
 

@@ -13,7 +13,7 @@ The paper's figures: SiamFC OTB-2015 AUC 57.8, GOT-10k AO 35.5; SoCL's Box-Siam
 
 Variants (the tracking recipe's presets, `ebm_jax.recipes.tracking.PRESETS`): quick
 (AlexNet width 0.25, 50 train / 30 test sequences of 80 frames at 320x240, 600 steps,
-three training seeds; about 35-40 min on 2 CPU cores), tiny (seconds; the tests), paper
+three training seeds; about 35-40 min on 2 CPU cores), tiny (a minute or two; the tests), paper
 (the published net and schedule: width 1.0, 50 epochs of 6650 pairs; GPU).
 """
 

@@ -18,7 +18,7 @@ sequences as error bars).
 
 Variants (the SoCL recipe's presets): quick (40 + 10 sequences of 80 frames at 320x240;
 AlexNet width 0.25; three seeds; 2 CPU cores, about 15 SoCL trainings per seed), tiny
-(seconds; the tests), paper (the published net and schedule; a GPU).
+(a minute or two; the tests), paper (the published net and schedule; a GPU).
 """
 
 from ebm_jax.recipes.socl import Config, preset

@@ -20,7 +20,7 @@ split.
 Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (50 train
 sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25; box heads of
 600 steps; three seeds; 2 CPU cores; shares SoCL-Siam stages with the other SoCL
-configs), tiny (seconds; the tests), paper (the published net and schedule; a GPU;
+configs), tiny (a minute or two; the tests), paper (the published net and schedule; a GPU;
 GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
 """
 

@@ -11,7 +11,7 @@ SR as mean +- sd over three training seeds.
 
 Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (50 train sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25;
 batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
-(seconds; the tests), paper (the published net and schedule: width 1.0, batch 192 =
+(a minute or two; the tests), paper (the published net and schedule: width 1.0, batch 192 =
 96 videos; a GPU; on GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
 """
 

@@ -193,6 +193,9 @@ def test_tiny_run_end_to_end(tmp_path):
     assert [a["label"] for a in payload["arms"]] == ["box-siam"] + HEADS
     training = payload["training"]
     assert {"box-siam-s0"} | {f"{h}-s0" for h in HEADS} == set(training)
+    # the test split's heads are the stages validation chose among (4 losses x 2
+    # lengths), whatever step lengths they were chosen to refine with
+    assert len(list((tmp_path / "w").glob("box-head-*"))) == 8
     summary = payload["summary"]["generated-test"]
     assert summary["box-head-nce+ vs box-head-kld-is"]["seeds"] == [0]
     # each refined head is also compared with its own coarse centre
