@@ -40,6 +40,7 @@ from ebm_jax.models.contrastive import METHODS, resnet_activation_bytes
 from ebm_jax.models.resnet import ARCHS
 from ebm_jax.recipes.contrastive_stages import (
     MECHANISMS,
+    UNTRAINED,
     TABLES,
     RunSpec,
     all_specs,
@@ -242,6 +243,13 @@ METRICS = ("linear_accuracy", "few_label_accuracy", "linear_train_accuracy",
 
 def _knn_keys(cfg: Config) -> tuple[str, ...]:
     return tuple(f"knn{k}_accuracy" for k in cfg.knn_ks)
+
+
+def count_stages(cfg: Config) -> int:
+    """The run's training stages, for "stage i of n" and the run's ETA: per seed one
+    pretraining per run of the tables that trains (not the random encoder, not pixels;
+    the linear evaluation is not a stage)."""
+    return len(cfg.run_seeds) * sum(s.method not in UNTRAINED for s in all_specs(cfg))
 
 
 def run(cfg: Config, ctx: RunContext) -> Report:

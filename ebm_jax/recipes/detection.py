@@ -279,6 +279,13 @@ def plan(cfg: Config) -> dict[str, list[HeadSpec]]:
     return {t: rows[t]() for t in cfg.tables}
 
 
+def count_stages(cfg: Config) -> int:
+    """The run's training stages, for "stage i of n" and the run's ETA: per seed the
+    backbone and one head per distinct head of the tables."""
+    heads = dict.fromkeys(s for rows in plan(cfg).values() for s in rows)
+    return len(cfg.run_seeds) * (1 + len(heads))
+
+
 def step_lengths(cfg: Config, method: str) -> tuple[float, float, float, float]:
     """(l_c, l_c, l_s, l_s) of a method's loss, times `step_scale`."""
     table = {name: (lc, ls) for name, lc, ls in cfg.step_lengths}

@@ -361,6 +361,16 @@ def arms_of(cfg: Config) -> list[Arm]:
     return EXPERIMENTS[cfg.experiment].arms(cfg)
 
 
+def count_stages(cfg: Config) -> int | None:
+    """The run's training stages, for "stage i of n" and the run's ETA: per seed one
+    per distinct training of the table's arms (`socl_arms.training_key`), the MoCo
+    start once; None for Table 5 (its box-head arms train stages of their own)."""
+    if cfg.experiment == "table5":
+        return None
+    keys = {arms_lib.training_key(cfg, a) for a in arms_of(cfg) if a.method in arms_lib.TRAINED}
+    return len(cfg.seeds) * len(keys) + (cfg.init == "moco")
+
+
 def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     from ebm_jax.report import socl as report
 

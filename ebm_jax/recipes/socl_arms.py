@@ -18,7 +18,8 @@ from ebm_jax.recipes import sparse_boxes
 from ebm_jax.recipes import tracking_stages as tstages
 from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
 
-__all__ = ["LST_VARIANTS", "SoCLRun", "budgeted", "figure7", "figure8", "lst_study",
+__all__ = ["LST_VARIANTS", "SoCLRun", "TRAINED", "budgeted", "figure7", "figure8", "lst_study",
+           "training_key",
            "point_kinds", "table1", "table2",
            "table3", "table4", "table5", "table6", "train_bce_siam", "train_box_siam",
            "train_random", "train_socl"]
@@ -108,6 +109,22 @@ def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
 # arm's `socl` overrides are SoCLSettings'
 CONFIG_FIELDS = ("top_temperature", "context_side", "backbone_lr_scale", "freeze_bn",
                  "freeze")
+
+
+# the arm methods that train a stage of their own (the others reuse one, or none)
+TRAINED = ("socl", "box-siam", "bce-siam")
+
+
+def training_key(cfg, arm: Arm) -> tuple:
+    """What an arm's training stage depends on beyond the seed and the data: arms of
+    equal keys train the same stage (Figure 7's paper values are the plain SoCL-Siam
+    stage), so the run counts it once."""
+    about = dict(arm.about)
+    socl = about["socl"]
+    fields = dict((k, v) for k, v in socl if k in CONFIG_FIELDS)
+    return (arm.method, about["points"], about["budget_hours"], about["alpha"],
+            stages.socl_settings(cfg, [(k, v) for k, v in socl if k not in CONFIG_FIELDS]),
+            tuple(fields.get(k, getattr(cfg, k)) for k in CONFIG_FIELDS))
 
 
 def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,

@@ -37,10 +37,27 @@ def shared(tmp_path_factory):
     runs = {}
     for name in FILES:
         out = root / "out" / name
+        lines = LOGS.setdefault(name, [])
         report = run_experiment(tiny(name), workdir=workdir, out=out, progress=False,
-                                log=lambda s: None)
+                                log=lines.append)
         runs[name] = (report, out)
     return workdir, runs
+
+
+LOGS: dict[str, list[str]] = {}  # the `shared` runs' progress lines, per file
+
+
+def test_each_run_counts_its_stages(shared):
+    """"stage i of n": the last pretraining stage of each run is stage n of n (stages
+    the run finds finished, trained by an earlier file, count too)."""
+    from ebm_jax.recipes import contrastive
+
+    for name in FILES:
+        n = contrastive.count_stages(tiny(name))
+        places = [ln.rsplit("[", 1)[1] for ln in LOGS[name] if " steps, " in ln
+                  and "[stage " in ln]
+        assert len(places) == n and places[-1].startswith(f"stage {n} of {n}"), \
+            (name, places)
 
 
 def _stage_dirs(workdir, name):

@@ -22,10 +22,12 @@ CONFIGS = {"table2": EXP / "table2_detection.py", "figure3": EXP / "figure3_dete
            "table3": EXP / "table3_detection_sigma.py"}
 
 
-def _run(spec, workdir, out=None, overrides=(), **kw):
+def _run(spec, workdir, out=None, overrides=(), log=lambda s: None, **kw):
     cfg = load_config(str(spec), list(overrides))
-    return run_experiment(cfg, workdir=workdir, out=out, progress=False, log=lambda s: None,
-                          **kw)
+    return run_experiment(cfg, workdir=workdir, out=out, progress=False, log=log, **kw)
+
+
+LOGS: dict[str, list[str]] = {}  # the `runs` fixture's progress lines, per config
 
 
 def _tables(out):
@@ -43,8 +45,21 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("det")
     for name, path in CONFIGS.items():
         _run(f"{path}:tiny", tmp / "runs", tmp / name,
-             devices=2 if name == "table2" else 1)
+             devices=2 if name == "table2" else 1, log=LOGS.setdefault(name, []).append)
     return tmp
+
+
+def test_each_run_counts_its_stages(runs):
+    """"stage i of n": per seed the backbone and each distinct head; the last stage of
+    each run is stage n of n (stages an earlier config trained count too)."""
+    from ebm_jax.recipes import detection
+
+    for name, path in CONFIGS.items():
+        n = detection.count_stages(load_config(f"{path}:tiny"))
+        places = [ln.rsplit("[", 1)[1] for ln in LOGS[name] if " steps, " in ln
+                  and "[stage " in ln]
+        assert len(places) == n and places[-1].startswith(f"stage {n} of {n}"), \
+            (name, places)
 
 
 @pytest.fixture

@@ -33,8 +33,27 @@ def _quiet(_):
 def table1_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("socl")
     report = run_experiment(tiny(), workdir=root / "runs", out=root / "out",
-                            progress=False, log=_quiet)
+                            progress=False, log=TABLE1_LOG.append)
     return root, report
+
+
+TABLE1_LOG: list[str] = []  # the `table1_run` progress lines
+
+
+def test_the_run_counts_its_stages(table1_run):
+    """"stage i of n": one stage per distinct training of the table's arms, per seed;
+    Figure 7's paper values are the plain SoCL-Siam stage (counted once); Table 5
+    does not count; the MoCo start once."""
+    places = [ln.rsplit("[", 1)[1] for ln in TABLE1_LOG if " steps, " in ln
+              and "[stage " in ln]
+    assert len(places) == 4 and places[-1].startswith("stage 4 of 4"), places
+    assert recipe.count_stages(tiny()) == 4  # GST, +SNS, +mix-up, +LST
+    assert recipe.count_stages(tiny("figure7")) == 2  # theta_b=0.8 is b_p=0.6's stage
+    assert recipe.count_stages(tiny("lst")) == 5  # as many as its stage directories
+    assert recipe.count_stages(tiny("table3")) == 2  # the filters reuse backbones
+    assert recipe.count_stages(tiny("table5")) is None
+    assert recipe.count_stages(tiny("table1", "--config.seeds=0,1", "--config.init=moco",
+                                    "--config.backbone=resnet18")) == 2 * 4 + 1
 
 
 def test_table1_tiny_writes_every_arm_tables_and_plots(table1_run):
