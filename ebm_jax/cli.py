@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Lists every config file under --root with its "
                        "variants and each variant's measured wall time, with the machine "
                        "(from --root's wall_times.json, written by "
-                       "benchmarks/wall_times.py). A config file is Python, executed when loaded: `list` "
-                       "imports every .py file it finds, so read a config from elsewhere "
+                       "benchmarks/wall_times.py). A config file is Python, executed when "
+                       "loaded: `list` imports every .py file it finds, so read a config from elsewhere "
                        "before listing or running it.")
     p.add_argument("--root", default="experiments", help="folder of config files")
     p.set_defaults(func=_list)

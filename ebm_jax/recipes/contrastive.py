@@ -40,8 +40,8 @@ from ebm_jax.models.contrastive import METHODS, resnet_activation_bytes
 from ebm_jax.models.resnet import ARCHS
 from ebm_jax.recipes.contrastive_stages import (
     MECHANISMS,
-    UNTRAINED,
     TABLES,
+    UNTRAINED,
     RunSpec,
     all_specs,
     features_of,

@@ -18,11 +18,10 @@ from ebm_jax.recipes import sparse_boxes
 from ebm_jax.recipes import tracking_stages as tstages
 from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
 
-__all__ = ["LST_VARIANTS", "SoCLRun", "TRAINED", "budgeted", "figure7", "figure8", "lst_study",
-           "training_key",
-           "point_kinds", "table1", "table2",
-           "table3", "table4", "table5", "table6", "train_bce_siam", "train_box_siam",
-           "train_random", "train_socl"]
+__all__ = ["LST_VARIANTS", "START", "SoCLRun", "TRAINED", "budgeted", "figure7", "figure8",
+           "lst_study", "point_kinds", "table1", "table2", "table3", "table4", "table5",
+           "table6", "train_bce_siam", "train_box_siam", "train_random", "train_socl",
+           "training_key"]
 
 
 @dataclasses.dataclass(frozen=True)
