@@ -19,9 +19,9 @@ from ebm_jax.recipes import tracking_stages as tstages
 from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
 
 __all__ = ["LST_VARIANTS", "START", "SoCLRun", "TRAINED", "budgeted", "figure7", "figure8",
-           "lst_study", "point_kinds", "table1", "table2", "table3", "table4", "table5",
-           "table6", "train_bce_siam", "train_box_siam", "train_random", "train_socl",
-           "training_key"]
+           "lst_study", "point_kinds", "start_label", "table1", "table2", "table3", "table4",
+           "table5", "table6", "train_bce_siam", "train_box_siam", "train_random",
+           "train_socl", "training_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,16 +168,25 @@ def _arm(label: str, method: str, *, socl: tuple = (), alpha: float | None = Non
                       ("budget_hours", budget_hours)))
 
 
+def start_label(cfg) -> str:
+    """The label of a table's no-training arm, naming the start every SoCL arm of the
+    seed trains from: "random backbone", "MoCo start" (`init="moco"`) or "ImageNet
+    start" (`pretrained`)."""
+    if cfg.init == "moco":
+        return "MoCo start"
+    return "random backbone" if cfg.pretrained is None else "ImageNet start"
+
+
 def table1(cfg) -> list[Arm]:
-    p, lst = cfg.points, "+LST (SoCL)"
+    p, lst, start = cfg.points, "+LST (SoCL)", start_label(cfg)
     return [_arm("GST", "socl", socl=(("use_sns", False), ("use_mix", False),
                                       ("use_lst", False)), points=p),
             _arm("+SNS", "socl", socl=(("use_mix", False), ("use_lst", False)), points=p,
                  compared_with=("GST",)),
             _arm("+mix-up", "socl", socl=(("use_lst", False),), points=p,
                  compared_with=("+SNS",)),
-            _arm(lst, "socl", points=p, compared_with=("+mix-up", "GST", "random backbone")),
-            _arm("random backbone", "random")]
+            _arm(lst, "socl", points=p, compared_with=("+mix-up", "GST", start)),
+            _arm(start, "random")]
 
 
 def figure7(cfg) -> list[Arm]:
@@ -192,11 +201,12 @@ def figure7(cfg) -> list[Arm]:
 
 
 def figure8(cfg) -> list[Arm]:
+    start = start_label(cfg)
     bce = [_arm(f"BCE-Siam alpha={a:g}", "bce-siam", alpha=float(a), points=cfg.points, x=a)
            for a in cfg.alphas]
     return bce + [_arm("SoCL-Siam", "socl", points=cfg.points,
-                       compared_with=(*(a.label for a in bce), "random backbone")),
-                  _arm("random backbone", "random")]
+                       compared_with=(*(a.label for a in bce), start)),
+                  _arm(start, "random")]
 
 
 def table2(cfg) -> list[Arm]:
@@ -214,11 +224,11 @@ def table6(cfg) -> list[Arm]:
 
 
 def table3(cfg) -> list[Arm]:
-    dcf = dcf_tracker(tstages.dcf_settings(cfg))
+    dcf, start = dcf_tracker(tstages.dcf_settings(cfg)), start_label(cfg)
     return [_arm("Box-Siam", "box-siam"),
             _arm("SoCL-Siam", "socl", points=cfg.points, compared_with=("Box-Siam",)),
-            _arm("random backbone", "random"),
-            _arm("Init-CF", "init-cf", backbone_of="random backbone", tracker=dcf),
+            _arm(start, "random"),
+            _arm("Init-CF", "init-cf", backbone_of=start, tracker=dcf),
             _arm("Box-CF", "box-cf", backbone_of="Box-Siam", tracker=dcf),
             _arm("SoCL-CF", "socl-cf", backbone_of="SoCL-Siam", tracker=dcf,
                  compared_with=("Init-CF", "Box-CF", "SoCL-Siam"))]

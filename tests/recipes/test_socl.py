@@ -123,6 +123,13 @@ def test_arms_of_every_experiment():
                                 "Box-CF", "SoCL-CF"]
     cf = {a.label: a for a in recipe.arms_of(tiny("table3"))}
     assert cf["SoCL-CF"].uses == ("SoCL-Siam",) and cf["Init-CF"].uses == ("random backbone",)
+    # the no-training arm names its start: MoCo's weights are no random backbone
+    moco = ("--config.init=moco", "--config.backbone=resnet18")
+    for e in ("table1", "figure8", "table3"):
+        starts = [a.label for a in recipe.arms_of(tiny(e, *moco)) if a.method == "random"]
+        assert starts == ["MoCo start"], e
+        assert not any("random backbone" in " ".join(a.compared_with + a.uses)
+                       for a in recipe.arms_of(tiny(e, *moco))), e
     assert cf["SoCL-CF"].tracker.name == "dcf" and cf["SoCL-Siam"].tracker.name == "siamfc"
     assert cf["SoCL-CF"].compared_with == ("Init-CF", "Box-CF", "SoCL-Siam")
     assert labels["table5"] == ["SoCL-Siam", "SoCL-CF", "head, all boxes",
