@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run an experiment config",
                        description="Runs CONFIG (path/to/file.py[:variant]); without a "
-                       "variant, the first the file lists (quick for the paper tables: "
-                       "minutes to about 2 h on 2 CPU cores; tiny: seconds to a minute). "
+                       "variant, the first the file lists (quick for the paper tables; "
+                       "`ebm-jax list` gives each variant's measured wall time). "
                        "Any field of its config can be set with --config.FIELD=VALUE "
                        "(lists as comma-separated values; `ebm-jax show CONFIG` lists "
                        "them). Rerunning the same command resumes.")
