@@ -92,6 +92,18 @@ def level_geometry(level: int) -> tuple[int, float]:
     return stride, offset
 
 
+def receptive_field(layers) -> int:
+    """Side in input pixels of the region one output cell sees, through `layers` of
+    (kernel, stride, ...) with a 3/2 max-pool after those whose fifth entry is true (the
+    longest path: rf += (kernel - 1) * jump, jump *= stride)."""
+    rf, jump = 1, 1
+    for kernel, stride, *_, pool in layers:
+        rf, jump = rf + (kernel - 1) * jump, jump * stride
+        if pool:
+            rf, jump = rf + 2 * jump, jump * 2
+    return rf
+
+
 def _check_level(level) -> int:
     if isinstance(level, bool) or int(level) != level or not 0 <= int(level) < len(LAYERS):
         raise ValueError(f"levels must be convolution indices in [0, {len(LAYERS) - 1}] "
@@ -202,3 +214,8 @@ class SiamFCAlexNet(nnx.Module):
         g x g grid whose cell i is centred on input pixel offset + stride * i."""
         stride, offset = level_geometry(len(LAYERS) - 1)
         return alexnet_output_size(size), stride, offset
+
+    @staticmethod
+    def receptive_field() -> int:
+        """Side in input pixels of the region one embedding cell sees: 87 (conv5)."""
+        return receptive_field(LAYERS)

@@ -49,6 +49,11 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 BASE_CHANNELS = (64, 64, 128, 256)  # conv1, layer1, layer2, layer3
 LEVEL_NAMES = ("conv1", "layer1", "layer2", "layer3", "adjust")
 LEVEL_STRIDES = (2, 4, 8, 8, 8)
+# the longest path to layer3, as (kernel, stride, pool after): conv1, the max-pool, four
+# 3x3 convolutions of layer1, four of layer2 (the first strided), four of layer3 with
+# dilation 2 (an effective kernel of 5)
+RECEPTIVE_PATH = ((7, 2, False), (3, 2, False), *((3, 1, False),) * 4, (3, 2, False),
+                  *((3, 1, False),) * 3, *((5, 1, False),) * 4)
 # the two levels of the correlation filter (the paper's SoCL-CF: conv1 and layer3)
 DCF_LEVELS = (0, 3)
 
@@ -173,6 +178,14 @@ class SiamResNet18(nnx.Module):
         """(g, stride, offset) of the embedding (`__call__`) of a size x size input: a
         g x g grid whose cell i is centred on input pixel offset + stride * i."""
         return resnet_output_size(size), LEVEL_STRIDES[-1], 0.0
+
+    @staticmethod
+    def receptive_field() -> int:
+        """Side in input pixels of the region one embedding cell sees: 227 (layer3's
+        dilated blocks; the 1x1 adjust adds nothing)."""
+        from ebm_jax.models.alexnet import receptive_field
+
+        return receptive_field(RECEPTIVE_PATH)
 
 
 __all__ = ["DCF_LEVELS", "IMAGENET_MEAN", "IMAGENET_STD", "LEVEL_NAMES", "SiamResNet18",

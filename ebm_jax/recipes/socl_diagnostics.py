@@ -147,7 +147,8 @@ def top_check(pairs: DiagnosticPairs, temperature: float, theta_b: float) -> dic
 
 
 def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
-    """{"split", "sequences", "pairs", "temperature", "calibration", "top_check",
+    """{"split", "sequences", "pairs", "region_px", "receptive_field_px" (of one
+    embedding cell, input pixels), "temperature", "calibration", "top_check",
     "rows": {"start": [per seed], arm label: [per seed]}}: the diagnostics of the start
     of each seed (`build_model` of the SoCL stage, as the random-backbone arm) and of
     every arm that trains a backbone of its own (`DIAGNOSED_METHODS`), on the pairs of
@@ -191,6 +192,8 @@ def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
     ctx.log(f"diagnostics: {len(pairs.video)} pairs of the {split} split, "
             f"{len(rows)} backbones per seed")
     return {"split": split, "sequences": pairs.sequences, "pairs": int(len(pairs.video)),
+            "region_px": int(cfg.input_size),
+            "receptive_field_px": int(backbone_class(cfg.backbone).receptive_field()),
             "temperature": float(temperature), "theta_b": settings.theta_b,
             "calibration": calibration,
             "top_check": top_check(pairs, temperature, settings.theta_b), "rows": rows}

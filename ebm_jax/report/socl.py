@@ -139,6 +139,18 @@ DIAGNOSTICS = (("uniformity", "cells' uniformity"), ("contrast", "response contr
                ("pair_accuracy", "positive beats hardest"))
 
 
+def context_line(diag: Mapping) -> str:
+    """The context region against the receptive field of one embedding cell (SoCL's only
+    negatives are other videos: a cell that sees most of the region can carry a code of
+    the scene; the region should be at least twice the field)."""
+    region, field = diag["region_px"], diag["receptive_field_px"]
+    verdict = ("at least twice it" if region >= 2 * field else
+               "under twice it: a target cell sees much of the scene around it, which "
+               "identifies the video without the target")
+    return (f"- Context region {region} px, the embedding's receptive field {field} px "
+            f"({region / field:.2f}x the field; {verdict}).")
+
+
 def diagnostics_markdown(diag: Mapping) -> list[str]:
     """The diagnostics section: the TOP maps' check and one row per backbone (the
     start, then each arm's), mean +- sd over seeds."""
@@ -157,6 +169,7 @@ def diagnostics_markdown(diag: Mapping) -> list[str]:
              f"{top['median_target_cells']:g} cells). At temperature 1: "
              f"{100 * at_1['target_cells_in_sns_pool']:.0f}% and "
              f"{at_1['mass_over_target_cells']:.2f}x.",
+             context_line(diag),
              "- Cells' uniformity: mean cosine of a cell to its map's mean (1: every cell "
              "alike). Response contrast: on frame j, the cosine with frame i's target "
              "template, (target mean - background mean) / sd. Target identified: the "

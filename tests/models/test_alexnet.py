@@ -145,3 +145,15 @@ def test_grouped_conv_equals_xla_feature_group_count():
     x2 = x.at[..., 3:].add(10.0)
     np.testing.assert_array_equal(np.asarray(conv(x2))[..., :2],
                                   np.asarray(conv(x))[..., :2])
+
+
+def test_receptive_field_is_the_window_an_embedding_cell_sees():
+    # the input pixels one conv5 cell depends on (non-zero gradient of a random image,
+    # so that no max-pool window holds ties) span SiamFC's 87 px field
+    net = SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0))
+    net.eval()
+    x = jnp.asarray(np.random.default_rng(0).uniform(0, 255, (1, 127, 127, 3)), jnp.float32)
+    grad = jax.grad(lambda image: jnp.sum(net(image)[0, 3, 3]))(x)
+    rows, cols = np.nonzero(np.abs(np.asarray(grad)[0]).sum(-1))
+    for idx in (rows, cols):
+        assert idx.max() - idx.min() + 1 == SiamFCAlexNet.receptive_field() == 87

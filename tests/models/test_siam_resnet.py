@@ -49,6 +49,8 @@ def test_level_geometry_is_the_receptive_fields_centre(net, level):
     rows, cols = np.nonzero(grad)
     for idx in (rows, cols):
         assert (idx.min() + idx.max()) / 2 == stride * cell + offset
+        if level == len(LEVEL_NAMES) - 1:  # the embedding: its window is the field
+            assert idx.max() - idx.min() + 1 == SiamResNet18.receptive_field() == 227
 
 
 def test_inputs_are_raw_pixels_normalised_inside(net):

@@ -89,6 +89,9 @@ def test_table1_tiny_writes_every_arm_tables_and_plots(table1_run):
     check = diag["top_check"]["temperature"]
     assert 0 <= check["target_cells_in_sns_pool"] <= 1
     assert "Diagnostics on" in md and "target cells left in the SNS pool" in md
+    # tiny's AlexNet regions of 127 px against conv5's 87 px field
+    assert diag["region_px"] == 127 and diag["receptive_field_px"] == 87
+    assert "Context region 127 px, the embedding's receptive field 87 px (1.46x" in md
     # one stage directory per arm (different identities), one TOP cache
     runs = root / "runs"
     assert len([p for p in runs.iterdir() if p.name.startswith("socl-s0-")]) == 4
