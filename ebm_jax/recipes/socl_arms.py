@@ -18,10 +18,11 @@ from ebm_jax.recipes import sparse_boxes
 from ebm_jax.recipes import tracking_stages as tstages
 from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
 
-__all__ = ["LST_VARIANTS", "START", "SoCLRun", "TRAINED", "budgeted", "figure7", "figure8",
-           "lst_study", "point_kinds", "start_label", "table1", "table2", "table3", "table4",
-           "table5", "table6", "train_bce_siam", "train_box_siam", "train_random",
-           "train_socl", "training_key"]
+__all__ = ["LST_VARIANTS", "START", "SoCLRun", "TRAINED", "arm_settings", "budgeted",
+           "figure7", "figure8", "lst_study", "point_kinds", "split_overrides",
+           "start_label", "table1", "table2", "table3", "table4", "table5", "table6",
+           "train_bce_siam", "train_box_siam", "train_random", "train_socl",
+           "training_key"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,16 +115,28 @@ CONFIG_FIELDS = ("top_temperature", "context_side", "backbone_lr_scale", "freeze
 TRAINED = ("socl", "box-siam", "bce-siam")
 
 
+def split_overrides(cfg, socl: tuple) -> tuple[Any, tuple]:
+    """(the config with the `CONFIG_FIELDS` of an arm's `socl` overrides, the rest: the
+    SoCLSettings overrides as (field, value) pairs)."""
+    region = {k: v for k, v in socl if k in CONFIG_FIELDS}
+    return (dataclasses.replace(cfg, **region) if region else cfg,
+            tuple((k, v) for k, v in socl if k not in CONFIG_FIELDS))
+
+
+def arm_settings(cfg, arm: Arm) -> tuple[Any, Any]:
+    """(config, SoCLSettings) an arm trains with: the run's, with the arm's overrides."""
+    arm_cfg, rest = split_overrides(cfg, dict(arm.about)["socl"])
+    return arm_cfg, stages.socl_settings(arm_cfg, rest)
+
+
 def training_key(cfg, arm: Arm) -> tuple:
     """What an arm's training stage depends on beyond the seed and the data: arms of
     equal keys train the same stage (Figure 7's paper values are the plain SoCL-Siam
     stage), so the run counts it once."""
     about = dict(arm.about)
-    socl = about["socl"]
-    fields = dict((k, v) for k, v in socl if k in CONFIG_FIELDS)
-    return (arm.method, about["points"], about["budget_hours"], about["alpha"],
-            stages.socl_settings(cfg, [(k, v) for k, v in socl if k not in CONFIG_FIELDS]),
-            tuple(fields.get(k, getattr(cfg, k)) for k in CONFIG_FIELDS))
+    arm_cfg, settings = arm_settings(cfg, arm)
+    return (arm.method, about["points"], about["budget_hours"], about["alpha"], settings,
+            tuple(getattr(arm_cfg, k) for k in CONFIG_FIELDS))
 
 
 def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
@@ -135,10 +148,8 @@ def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
     tops = env.tops[points]
     sub = _subset(env.data.train, idx)
     sub_tops = {j: tops[i] for j, i in enumerate(idx) if i in tops}
-    region = {k: v for k, v in socl if k in CONFIG_FIELDS}
-    cfg = dataclasses.replace(env.cfg, **region) if region else env.cfg
-    return stages.train_socl(cfg, env.ctx, sub, sub_tops, points, ident,
-                             tuple((k, v) for k, v in socl if k not in CONFIG_FIELDS), seed,
+    cfg, rest = split_overrides(env.cfg, socl)
+    return stages.train_socl(cfg, env.ctx, sub, sub_tops, points, ident, rest, seed,
                              label=label, data=env.data)
 
 

@@ -143,18 +143,26 @@ def top_check(pairs: DiagnosticPairs, temperature: float, theta_b: float) -> dic
                      "mass_over_target_cells": float(np.median(
                          mass_cells(h, theta_b) / mask.sum(axis=(1, 2))))}
     out["median_target_cells"] = float(np.median(mask.sum(axis=(1, 2))))
+    out["theta_b"] = float(theta_b)
     return out
 
 
 def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
     """{"split", "sequences", "pairs", "region_px", "receptive_field_px" (of one
     embedding cell, input pixels), "temperature", "calibration", "top_check",
-    "rows": {"start": [per seed], arm label: [per seed]}}: the diagnostics of the start
-    of each seed (`build_model` of the SoCL stage, as the random-backbone arm) and of
-    every arm that trains a backbone of its own (`DIAGNOSED_METHODS`), on the pairs of
-    `diagnostic_split`, with TOP maps at the run's temperature (`top_temperature`) and
-    SoCL's settings of the config. None with `diagnostic_pairs=0`."""
+    "arm_temperatures", "rows": {"start": [per seed], arm label: [per seed]}}: the
+    diagnostics of the start of each seed (`build_model` of the SoCL stage, as the
+    random-backbone arm) and of every arm that trains a backbone of its own
+    (`DIAGNOSED_METHODS`), on the pairs of `diagnostic_split`. The start's row and
+    "top_check" use the run's TOP temperature (`top_temperature`) and SoCL settings;
+    each arm's row its own TOP temperature and thresholds (an LST-study variant's) but
+    the run's negatives (SNS and mix-ups, so that rows compare), with that
+    temperature's TOP check in "arm_temperatures" ({label: {"temperature",
+    "calibration", "top_check"}}) where it differs from the run's. None with
+    `diagnostic_pairs=0`."""
     from ebm_jax.models.tracking_backbones import backbone_class
+    from ebm_jax.recipes.socl_arms import arm_settings
+    from ebm_jax.tracking.top_maps import retemper
 
     cfg, ctx = env.cfg, env.ctx
     if not cfg.diagnostic_pairs:
@@ -164,36 +172,56 @@ def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
     pairs = diagnostic_pairs(cfg, ctx, split, sequences, identity, embedding_grid)
     if pairs is None:
         return None
-    settings = stages.socl_settings(cfg)
     kind = next(iter(env.tops), None)
-    if cfg.top_temperature == "calibrated" and kind is not None:
-        temperature, calibration = stages.top_temperature(
-            cfg, ctx, env.data.train, env.tops[kind], kind, embedding_grid,
-            settings.theta_b)
-    else:
-        temperature = 1.0 if cfg.top_temperature == "calibrated" else float(
-            cfg.top_temperature)
-        calibration = None
-    from ebm_jax.tracking.top_maps import retemper
+    temperatures = {}  # (top_temperature, theta_b) -> (temperature, calibration)
 
-    h_i, h_j = (retemper(h, temperature).astype(np.float32)
-                for h in (pairs.h1_i, pairs.h1_j))
+    def temperature_of(run_cfg, theta_b):
+        key = (run_cfg.top_temperature, theta_b)
+        if key not in temperatures:
+            if run_cfg.top_temperature == "calibrated" and kind is not None:
+                temperatures[key] = stages.top_temperature(
+                    run_cfg, ctx, env.data.train, env.tops[kind], kind, embedding_grid,
+                    theta_b)
+            else:  # no proposals to calibrate on: temperature 1
+                temperatures[key] = (1.0 if run_cfg.top_temperature == "calibrated"
+                                     else float(run_cfg.top_temperature), None)
+        return temperatures[key]
+
+    def maps_at(t):
+        return tuple(retemper(h, t).astype(np.float32) for h in (pairs.h1_i, pairs.h1_j))
+
+    settings = stages.socl_settings(cfg)
+    temperature, calibration = temperature_of(cfg, settings.theta_b)
+    h_i, h_j = maps_at(temperature)
+    diagnosed = [a for a in arms if a.method in DIAGNOSED_METHODS
+                 and not dict(a.about).get("backbone_of")]
+    own, arm_temperatures = {}, {}
+    for arm in diagnosed:
+        arm_cfg, arm_set = arm_settings(cfg, arm)
+        # every row against the run's negatives (Table 1's GST row is no easier)
+        arm_set = dataclasses.replace(arm_set, use_sns=settings.use_sns,
+                                      use_mix=settings.use_mix)
+        t, cal = temperature_of(arm_cfg, arm_set.theta_b)
+        own[arm.label] = (arm_set, *((h_i, h_j) if t == temperature else maps_at(t)))
+        if t != temperature or arm_set.theta_b != settings.theta_b:
+            arm_temperatures[arm.label] = {
+                "temperature": float(t), "calibration": cal,
+                "top_check": top_check(pairs, t, arm_set.theta_b)}
     rows = {"start": []}
     for seed in sorted(trained):
         start = tstages.build_model(cfg, ctx, f"socl-s{seed}", env.data)
         rows["start"].append({"seed": seed, **backbone_row(start, pairs, h_i, h_j,
                                                            settings)})
-        for arm in arms:
-            if arm.method not in DIAGNOSED_METHODS or dict(arm.about).get("backbone_of"):
-                continue
-            model = trained[seed][arm.label].model
+        for arm in diagnosed:
+            arm_set, a_i, a_j = own[arm.label]
             rows.setdefault(arm.label, []).append(
-                {"seed": seed, **backbone_row(model, pairs, h_i, h_j, settings)})
+                {"seed": seed, **backbone_row(trained[seed][arm.label].model, pairs, a_i,
+                                              a_j, arm_set)})
     ctx.log(f"diagnostics: {len(pairs.video)} pairs of the {split} split, "
             f"{len(rows)} backbones per seed")
     return {"split": split, "sequences": pairs.sequences, "pairs": int(len(pairs.video)),
             "region_px": int(cfg.input_size),
             "receptive_field_px": int(backbone_class(cfg.backbone).receptive_field()),
             "temperature": float(temperature), "theta_b": settings.theta_b,
-            "calibration": calibration,
+            "calibration": calibration, "arm_temperatures": arm_temperatures,
             "top_check": top_check(pairs, temperature, settings.theta_b), "rows": rows}

@@ -151,6 +151,24 @@ def context_line(diag: Mapping) -> str:
             f"({region / field:.2f}x the field; {verdict}).")
 
 
+def arm_temperature_lines(diag: Mapping) -> list[str]:
+    """One line per TOP temperature (or theta_b) of arms that differ from the run's
+    (the LST study's variants): its check, and the arms whose rows use it."""
+    groups: dict = {}
+    for label, a in diag.get("arm_temperatures", {}).items():
+        key = (a["temperature"], a["top_check"]["theta_b"])
+        groups.setdefault(key, (a, []))[1].append(label)
+    lines = []
+    for (t, theta_b), (a, labels) in groups.items():
+        at_t, cal = a["top_check"]["temperature"], a["calibration"]
+        how = "calibrated" if cal else "set"
+        lines.append(f"- {', '.join(labels)}: TOP maps at temperature {t:.3g} ({how}), "
+                     f"theta_b {theta_b:g}: {100 * at_t['target_cells_in_sns_pool']:.0f}% "
+                     "of the target cells left in the SNS pool; the theta_b mass covers "
+                     f"{at_t['mass_over_target_cells']:.2f}x the target's cells.")
+    return lines
+
+
 def diagnostics_markdown(diag: Mapping) -> list[str]:
     """The diagnostics section: the TOP maps' check and one row per backbone (the
     start, then each arm's), mean +- sd over seeds."""
@@ -169,14 +187,16 @@ def diagnostics_markdown(diag: Mapping) -> list[str]:
              f"{top['median_target_cells']:g} cells). At temperature 1: "
              f"{100 * at_1['target_cells_in_sns_pool']:.0f}% and "
              f"{at_1['mass_over_target_cells']:.2f}x.",
+             *arm_temperature_lines(diag),
              context_line(diag),
              "- Cells' uniformity: mean cosine of a cell to its map's mean (1: every cell "
              "alike). Response contrast: on frame j, the cosine with frame i's target "
              "template, (target mean - background mean) / sd. Target identified: the "
              "best cell of that response is a target cell. Positive / hardest negative: "
              "SoCL's GST cosine of the pair and of its most similar negative (other "
-             "videos' GSTs, SNS, mix-ups), with the fraction of queries whose positive "
-             "beats it.\n"]
+             "videos' GSTs, SNS, mix-ups: the run's negatives for every row, with the "
+             "arm's own TOP maps), with the fraction of queries whose positive beats "
+             "it.\n"]
     head = ["backbone"] + [h for _, h in DIAGNOSTICS]
     body = []
     for label, rs in diag["rows"].items():

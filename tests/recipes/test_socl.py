@@ -237,7 +237,9 @@ def test_the_lst_study_needs_a_validation_split():
 
 @pytest.mark.slow
 def test_the_lst_study_tracks_the_validation_split_alone(tmp_path):
-    report = run_experiment(tiny("lst"), workdir=tmp_path / "runs", out=tmp_path / "out",
+    cfg = tiny("lst", "--config.lst_variants=paper,b_p 0.9,own-pair mix-ups,"
+               "TOP temperature 4")
+    report = run_experiment(cfg, workdir=tmp_path / "runs", out=tmp_path / "out",
                             progress=False, log=_quiet)
     payload = report.payload
     assert payload["split"] == "validation"
@@ -252,7 +254,17 @@ def test_the_lst_study_tracks_the_validation_split_alone(tmp_path):
     config = json.loads((stage / "run.json").read_text())["config"]
     assert config["data"]["of"]["held_out_last"] == 1
     # one training per arm (b_p 0.9 has no +mix-up arm of its own)
-    assert len(list((tmp_path / "runs").glob("socl-s0-*"))) == 5
+    assert len(list((tmp_path / "runs").glob("socl-s0-*"))) == 7
+    # each arm diagnosed with its own TOP maps: the temperature-4 arms at 4
+    diag = payload["diagnostics"]
+    assert diag["temperature"] == 1.0
+    four = diag["arm_temperatures"]
+    assert set(four) == {"+mix-up, TOP temperature 4", "+LST, TOP temperature 4"}
+    assert all(a["temperature"] == 4.0 and a["top_check"]["temperature"]["temperature"]
+               == 4.0 for a in four.values())
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert ("- +mix-up, TOP temperature 4, +LST, TOP temperature 4: TOP maps at "
+            "temperature 4 (set), theta_b 0.8:") in md
 
 
 @pytest.fixture(scope="module")
@@ -457,3 +469,26 @@ def test_the_lst_study_compares_the_fine_tuning_options_on_validation(monkeypatc
         arms[label].train(env, 0, {})
     assert [s[0] for s in seen] == [value, value, getattr(cfg, field)]
     assert all(field not in s[1] for s in seen)  # not a SoCLSettings field
+
+
+def test_arm_temperature_lines_group_the_arms_of_one_temperature():
+    from ebm_jax.report.socl import arm_temperature_lines
+
+    def check(t, pool, mass):
+        return {"temperature": {"temperature": t, "target_cells_in_sns_pool": pool,
+                                "mass_over_target_cells": mass}, "theta_b": 0.8}
+
+    diag = {"arm_temperatures": {
+        "+mix-up, T cal": {"temperature": 5.66, "calibration": {"frames": 64},
+                           "top_check": check(5.66, 0.03, 1.1)},
+        "+LST, T cal": {"temperature": 5.66, "calibration": {"frames": 64},
+                        "top_check": check(5.66, 0.03, 1.1)},
+        "+LST, T 4": {"temperature": 4.0, "calibration": None,
+                      "top_check": check(4.0, 0.2, 0.5)}}}
+    assert arm_temperature_lines(diag) == [
+        "- +mix-up, T cal, +LST, T cal: TOP maps at temperature 5.66 (calibrated), "
+        "theta_b 0.8: 3% of the target cells left in the SNS pool; the theta_b mass "
+        "covers 1.10x the target's cells.",
+        "- +LST, T 4: TOP maps at temperature 4 (set), theta_b 0.8: 20% of the target "
+        "cells left in the SNS pool; the theta_b mass covers 0.50x the target's cells."]
+    assert arm_temperature_lines({"arm_temperatures": {}}) == []
