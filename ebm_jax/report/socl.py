@@ -312,7 +312,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
         md.append("Tracking speed (frames per second over each test sequence, the first "
                   "frame's init included, after compiling; median over seeds [min, max]): "
                   + "; ".join(_fps_cell(lab, rows[lab]) for lab in labels) + ".\n")
-    title = f"SoCL {exp} ({spread})"
+    title = f"SoCL {exp}, {net}, generated {split} split\n({spread})"
     if exp == "figure7":
         groups = {"theta_b": [a for a in arms if a.label.startswith("theta_b")],
                   "b_p (theta_p ~ U[b_p, 1))": [a for a in arms if a.label.startswith("b_p")]}
