@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ebm_jax.models.feature_request import check_feature_request
+from ebm_jax.models.feature_request import check_feature_request, receptive_field
 
 BASE_CHANNELS = (96, 256, 384, 384, 256)
 # (kernel, stride, groups, batch norm + ReLU, max-pool 3/2 after) of the five convolutions
@@ -90,18 +90,6 @@ def level_geometry(level: int) -> tuple[int, float]:
             offset += stride * (3 - 1) / 2
             stride *= 2
     return stride, offset
-
-
-def receptive_field(layers) -> int:
-    """Side in input pixels of the region one output cell sees, through `layers` of
-    (kernel, stride, ...) with a 3/2 max-pool after those whose fifth entry is true (the
-    longest path: rf += (kernel - 1) * jump, jump *= stride)."""
-    rf, jump = 1, 1
-    for kernel, stride, *_, pool in layers:
-        rf, jump = rf + (kernel - 1) * jump, jump * stride
-        if pool:
-            rf, jump = rf + 2 * jump, jump * 2
-    return rf
 
 
 def _check_level(level) -> int:

@@ -1,5 +1,5 @@
-"""The argument checks shared by the tracking backbones' `features(x, levels)`
-(`SiamFCAlexNet`, `SiamResNet18`)."""
+"""What the tracking backbones (`SiamFCAlexNet`, `SiamResNet18`) share: the argument
+checks of their `features(x, levels)`, and the receptive field of a stack of layers."""
 
 from __future__ import annotations
 
@@ -24,3 +24,15 @@ def check_feature_request(x, levels: Iterable, check_level: Callable[[object], i
         raise ValueError(f"images must be at least {min_side} x {min_side} pixels, got "
                          f"{x.shape[1:3]}")
     return x, levels
+
+
+def receptive_field(layers) -> int:
+    """Side in input pixels of the region one output cell sees, through `layers` of
+    (kernel, stride, ..., pool), a 3/2 max-pool after those whose last entry is true
+    (the longest path: rf += (kernel - 1) * jump, jump *= stride)."""
+    rf, jump = 1, 1
+    for kernel, stride, *_, pool in layers:
+        rf, jump = rf + (kernel - 1) * jump, jump * stride
+        if pool:
+            rf, jump = rf + 2 * jump, jump * 2
+    return rf

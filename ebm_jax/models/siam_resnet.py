@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ebm_jax.models.feature_request import check_feature_request
+from ebm_jax.models.feature_request import check_feature_request, receptive_field
 
 from ebm_jax.models.resnet import BasicBlock, _conv, _norm_factory
 
@@ -183,8 +183,6 @@ class SiamResNet18(nnx.Module):
     def receptive_field() -> int:
         """Side in input pixels of the region one embedding cell sees: 227 (layer3's
         dilated blocks; the 1x1 adjust adds nothing)."""
-        from ebm_jax.models.alexnet import receptive_field
-
         return receptive_field(RECEPTIVE_PATH)
 
 
