@@ -80,6 +80,13 @@ class Config(tracking.Config):
     socl_lr_drop: float = 0.5  # lr x 0.1 after this fraction of the steps
     input_size: int = 159  # context region side in input pixels (10 x 10 feature grid)
     context_side: float = 144.0  # context region side in frame pixels
+    # the context region in receptive fields of one embedding cell (a cell that sees
+    # most of the region can carry a code of the scene, which tells the videos apart
+    # without the target): > 0 grows input_size to at least this many fields, the
+    # smallest such size of input_size's residue modulo the embedding's stride (the
+    # same grid alignment; AlexNet: 159 -> 175 at 2, ResNet-18: 159 -> 455), and
+    # context_side with it (the frame's scale kept); 0: input_size as set
+    region_fields: float = 0.0
     shift_jitter: float = 0.125  # region centre moved up to this x the side
     scale_jitter: float = 1.25  # region side scaled within [1/s, s]
     tau: float = SoCLSettings.tau
@@ -139,6 +146,9 @@ class Config(tracking.Config):
                               "never on the test split)")
         c.int_range("videos", 2)
         c.int_range("input_size", 1, 1024)
+        c.float_range("region_fields", 0.0, 16.0)
+        if self.region_fields:
+            self._grow_region()
         exemplar = tstages.SIAMFC.exemplar_size
         if self.input_size < exemplar:
             raise ConfigError(
@@ -186,6 +196,30 @@ class Config(tracking.Config):
                 rng = "(0, inf)" if f == "budgets_hours" else "(0, 1]"
                 raise ConfigError(f"--config.{f} must be a non-empty tuple of values in "
                                   f"{rng}, got {values!r}")
+
+
+    def _grow_region(self) -> None:
+        """input_size and context_side for `region_fields` (idempotent: a region
+        already that large is kept, so `dataclasses.replace` changes nothing)."""
+        from ebm_jax.models.tracking_backbones import backbone_class
+
+        net = backbone_class(self.backbone)
+        field, stride = net.receptive_field(), net.embedding_grid(self.input_size)[1]
+        need = math.ceil(self.region_fields * field)
+        size = self.input_size
+        if size < need:
+            size += math.ceil((need - size) / stride) * stride
+        if size > 1024:
+            raise ConfigError(
+                f"--config.region_fields={self.region_fields:g} needs a {size} px region "
+                f"for the {self.backbone} backbone (receptive field {field} px), above "
+                f"--config.input_size's limit of 1024: at most "
+                f"{math.floor(100 * (1024 - (1024 - self.input_size) % stride) / field) / 100:g} "
+                "fields")
+        if size != self.input_size:
+            object.__setattr__(self, "context_side",
+                               self.context_side * size / self.input_size)
+            object.__setattr__(self, "input_size", size)
 
 
 # The named presets the SoCL config files start from (`preset`): every experiment of a

@@ -146,7 +146,8 @@ def context_line(diag: Mapping) -> str:
     region, field = diag["region_px"], diag["receptive_field_px"]
     verdict = ("at least twice it" if region >= 2 * field else
                "under twice it: a target cell sees much of the scene around it, which "
-               "identifies the video without the target")
+               "identifies the video without the target; `--config.region_fields=2` "
+               "makes it twice")
     return (f"- Context region {region} px, the embedding's receptive field {field} px "
             f"({region / field:.2f}x the field; {verdict}).")
 

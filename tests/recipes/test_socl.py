@@ -185,6 +185,12 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.input_size=95", r"--config.input_size must be >= 127 \(SiamFC's exemplar\)"
                                r".*smaller than the exemplar"),
     ("--config.diagnostic_pairs=-1", "--config.diagnostic_pairs"),
+    ("--config.region_fields=-1", r"--config.region_fields must be a number in \[0.0, "
+                                  r"16.0\]"),
+    ("--config.region_fields=12", r"--config.region_fields=12 needs a 1047 px region for "
+                                  r"the alexnet backbone \(receptive field 87 px\), above "
+                                  r"--config.input_size's limit of 1024: at most 11.75 "
+                                  r"fields"),
 ])
 def test_bad_settings_name_the_field(override, message):
     with pytest.raises(ConfigError, match=message.replace("+", r"\+")) as error:

@@ -132,6 +132,33 @@ def test_the_top_temperature_is_calibrated_from_the_proposals_alone():
     assert top_temperature(fixed, ctx, [seq], tops, "clean", grid, 0.8) == (2.5, None)
 
 
+@pytest.mark.parametrize("backbone", ["alexnet", "resnet18"])
+def test_region_fields_grow_the_region_to_whole_receptive_fields(backbone):
+    """`--config.region_fields=2`: the region at least twice one embedding cell's field,
+    on the same grid alignment (input_size's residue modulo the stride), the frame's
+    scale kept; idempotent, and a region already that large is left alone."""
+    import dataclasses as dc
+
+    from ebm_jax.models.tracking_backbones import backbone_class
+
+    net = backbone_class(backbone)
+    field, stride = net.receptive_field(), net.embedding_grid(159)[1]
+    base = recipe.Config(backbone=backbone)
+    grown = recipe.Config(backbone=backbone, region_fields=2.0)
+    assert base.input_size == 159 and base.region_fields == 0.0
+    assert 2 * field <= grown.input_size < 2 * field + stride
+    assert (grown.input_size - 159) % stride == 0
+    assert grown.input_size == {"alexnet": 175, "resnet18": 455}[backbone]
+    # frame px per input px as before: the target keeps its size in input pixels
+    assert grown.context_side / grown.input_size == pytest.approx(144.0 / 159, rel=1e-12)
+    if backbone == "alexnet":  # VALID convolutions: the region fills the grid exactly
+        g = net.embedding_grid(grown.input_size)[0]
+        assert grown.input_size == field + stride * (g - 1)
+    assert dc.replace(grown) == grown
+    wide = recipe.Config(backbone=backbone, input_size=1023, region_fields=2.0)
+    assert (wide.input_size, wide.context_side) == (1023, 144.0)
+
+
 @pytest.mark.parametrize("variant, field, value", [("backbone lr x0.1",
                                                     "backbone_lr_scale", 0.1),
                                                    ("frozen batch norm", "freeze_bn", True)])
