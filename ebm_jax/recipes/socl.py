@@ -9,7 +9,8 @@ table `EXPERIMENTS` (each experiment's arms, their pairs and the paper's figures
     figure8   BCE-Siam on pseudo boxes thresholded from TOP maps at each alpha vs
               SoCL-Siam (Fig. 8)
     table2    Box-Siam vs SoCL-Siam at equal annotation time (10.2 s per box, 2.27 s per
-              point), at each budget (Table 2 / Fig. 9)
+              point), at each budget, and the start both train from (Table 2 /
+              Fig. 9)
     table6    SoCL-Siam on clean points vs points shifted `point_shift` px (Table 6)
     table3    the correlation filter tracker (`dcf`) on the backbone before SoCL training
               (Init-CF; the paper's Res18-CF on an ImageNet ResNet-18), after it (SoCL-CF)

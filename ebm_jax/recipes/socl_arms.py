@@ -221,10 +221,13 @@ def figure8(cfg) -> list[Arm]:
 
 
 def table2(cfg) -> list[Arm]:
+    """Box-Siam and SoCL-Siam at each budget, and the start both train from (no
+    annotation at all): does either keep it?"""
+    start = start_label(cfg)
     return [a for h in cfg.budgets_hours for a in (
         _arm(f"Box-Siam {h:g} h", "box-siam", budget_hours=float(h), x=h),
         _arm(f"SoCL-Siam {h:g} h", "socl", points=cfg.points, budget_hours=float(h), x=h,
-             compared_with=(f"Box-Siam {h:g} h",)))]
+             compared_with=(f"Box-Siam {h:g} h", start)))] + [_arm(start, "random")]
 
 
 def table6(cfg) -> list[Arm]:

@@ -84,11 +84,7 @@ def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
         sd = v.std(axis=1, ddof=1) if v.shape[1] > 1 else np.zeros(len(x))
         ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4, label=name)
         if hline is not None:
-            h = 100 * np.asarray([r["auc"] for r in rows[hline]])
-            ax.axhline(h.mean(), color="tab:red", label=f"{hline} (mean +- sd)")
-            if len(h) > 1:
-                ax.axhspan(h.mean() - h.std(ddof=1), h.mean() + h.std(ddof=1),
-                           color="tab:red", alpha=0.15)
+            _level_line(ax, rows[hline], hline, "tab:red")
         ax.set(xlabel=xlabel if len(groups) == 1 else name, ylabel="AUC (%)", title=title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -325,7 +321,9 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
                                                   hline="SoCL-Siam")
     elif exp == "table2":
         groups = {m: [a for a in arms if a.method == m] for m in ("box-siam", "socl")}
-        figures["sweeps.png"] = functools.partial(_budget_figure, groups, rows, title)
+        start = next((a.label for a in arms if a.method == "random"), None)
+        figures["sweeps.png"] = functools.partial(_budget_figure, groups, rows, title,
+                                                  start)
     else:
         figures["auc.png"] = functools.partial(_bar_figure, labels, rows, title)
     name = next(iter(k for k in figures if k in ("auc.png", "sweeps.png")), None)
@@ -334,8 +332,19 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     return Report(payload, "\n".join(md), figures)
 
 
-def _budget_figure(groups, rows, title):
-    """AUC against annotation hours, Box-Siam and SoCL-Siam (paper Fig. 9)."""
+def _level_line(ax, rows, label: str, color: str) -> None:
+    """An arm of no x (SoCL-Siam in Fig. 8, the start in Table 2) as a horizontal line
+    at its mean AUC over seeds, with a band of +- sd."""
+    h = 100 * np.asarray([r["auc"] for r in rows])
+    ax.axhline(h.mean(), color=color, label=f"{label} (mean +- sd)")
+    if len(h) > 1:
+        ax.axhspan(h.mean() - h.std(ddof=1), h.mean() + h.std(ddof=1), color=color,
+                   alpha=0.15)
+
+
+def _budget_figure(groups, rows, title, start=None):
+    """AUC against annotation hours, Box-Siam and SoCL-Siam (paper Fig. 9), and the
+    start both train from where the table has it."""
     import matplotlib.pyplot as plt
 
     from matplotlib.ticker import NullFormatter
@@ -348,6 +357,8 @@ def _budget_figure(groups, rows, title):
         sd = v.std(axis=1, ddof=1) if v.shape[1] > 1 else None
         ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4,
                     label="Box-Siam" if name == "box-siam" else "SoCL-Siam")
+    if start is not None:
+        _level_line(ax, rows[start], start, "tab:gray")
     ax.set(xscale="log", xlabel="annotation hours", ylabel="AUC (%)", title=title)
     ax.set_xticks(budgets, [f"{h:g}" for h in budgets])  # the budgets, not powers of 10
     ax.xaxis.set_minor_formatter(NullFormatter())

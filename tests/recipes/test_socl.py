@@ -103,7 +103,7 @@ def test_arms_of_every_experiment():
     assert labels["figure7"] == ["theta_b=0.5", "theta_b=0.8", "b_p=0.6"]
     assert labels["figure8"] == ["BCE-Siam alpha=0.5", "SoCL-Siam", "random backbone"]
     assert labels["table2"] == ["Box-Siam 0.012 h", "SoCL-Siam 0.012 h", "Box-Siam 0.024 h",
-                                "SoCL-Siam 0.024 h"]
+                                "SoCL-Siam 0.024 h", "random backbone"]
     assert [dict(a.about)["points"] for a in recipe.arms_of(tiny("table6"))] == ["clean",
                                                                            "noisy"]
     assert labels["table4"] == ["Box-Siam", "SoCL-Siam"]
@@ -113,7 +113,7 @@ def test_arms_of_every_experiment():
     assert cf["SoCL-CF"].uses == ("SoCL-Siam",) and cf["Init-CF"].uses == ("random backbone",)
     # the no-training arm names its start: MoCo's weights are no random backbone
     moco = ("--config.init=moco", "--config.backbone=resnet18")
-    for e in ("table1", "figure8", "table3"):
+    for e in ("table1", "figure8", "table3", "table2"):
         starts = [a.label for a in recipe.arms_of(tiny(e, *moco)) if a.method == "random"]
         assert starts == ["MoCo start"], e
         assert not any("random backbone" in " ".join(a.compared_with + a.uses)
