@@ -198,7 +198,6 @@ class Config(tracking.Config):
                 raise ConfigError(f"--config.{f} must be a non-empty tuple of values in "
                                   f"{rng}, got {values!r}")
 
-
     def _grow_region(self) -> None:
         """input_size and context_side for `region_fields` (idempotent: a region
         already that large is kept, so `dataclasses.replace` changes nothing)."""
