@@ -12,6 +12,8 @@ and TOP maps (N, H, W):
     target_cells_in_sns_pool(h, mask, theta_b)     # target cells the SNS may pool
     pair_similarities(f_i, f_j, h_i, h_j, video, settings)  # SoCL's positive vs
                                                            # hardest negative
+    scene_shortcut(f_i, f_j, mask_i, mask_j, h_i, h_j, video)  # do the videos tell
+                                                   # apart by the target or the scene?
 
 `diagnose` gathers them over pairs of regions (frame i, frame j of one video).
 """
@@ -24,8 +26,9 @@ import numpy as np
 
 from ebm_jax.contrastive.socl import SoCLSettings, socl_loss_with_draws, top_mass_mask
 
-__all__ = ["cell_uniformity", "diagnose", "identification_hits", "pair_similarities",
-           "response_contrast", "response_map", "target_cells_in_sns_pool", "template"]
+__all__ = ["background_maps", "cell_uniformity", "diagnose", "identification_hits",
+           "pair_similarities", "response_contrast", "response_map", "scene_shortcut",
+           "target_cells_in_sns_pool", "template"]
 
 _EPS = 1e-12
 
@@ -157,17 +160,60 @@ def pair_similarities(features_i, features_j, h_i, h_j, video,
     return {k: v / queries for k, v in sums.items()} | {"queries": queries}
 
 
+def background_maps(target_mask) -> np.ndarray:
+    """(N, H, W) float32: each map uniform over the cells outside its target mask (a TOP
+    map that sees only the scene around the target), 0 on the target. Every mask must
+    leave at least one cell outside."""
+    m = np.asarray(target_mask, bool)
+    if m.ndim != 3 or min(m.shape) < 1:
+        raise ValueError(f"target_mask must be a 3-D array with no empty axis, got shape "
+                         f"{m.shape}")
+    outside = (~m).reshape(len(m), -1).sum(axis=1)
+    if not np.all(outside > 0):
+        raise ValueError("every target_mask must leave at least one cell outside it")
+    return ((~m) / outside[:, None, None]).astype(np.float32)
+
+
+def scene_shortcut(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
+                   settings: SoCLSettings = SoCLSettings()) -> dict | None:
+    """Whether the scene tells the videos apart better than the target (SoCL's only
+    negatives are other videos, Wu & Chan sec. 3.2, eq. 9: a backbone can solve it by
+    the background). GST-only in-batch accuracy (`pair_similarities` without SNS,
+    mix-ups or LSTs: Table 1's GST row, eqs. 2 and 9) of the same pairs, once with the
+    TOP maps h ("target") and once with `background_maps` ("background"), on the pairs
+    whose both regions have a cell outside the target ("pairs"). A background accuracy
+    at or above the target's: the scene identifies the video at least as well. None
+    without two videos among those pairs."""
+    f_i, f_j = _maps("features_i", features_i, 4), _maps("features_j", features_j, 4)
+    m_i, m_j = (_masks(m, f_i.shape[:3]) for m in (mask_i, mask_j))
+    video = np.asarray(video).reshape(-1)
+    keep = ((~m_i).reshape(len(m_i), -1).any(axis=1)
+            & (~m_j).reshape(len(m_j), -1).any(axis=1))
+    if len(set(video[keep].tolist())) < 2:
+        return None
+    s = dataclasses.replace(settings, use_sns=False, use_mix=False, use_lst=False)
+    h_i, h_j = np.asarray(h_i)[keep], np.asarray(h_j)[keep]
+    target = pair_similarities(f_i[keep], f_j[keep], h_i, h_j, video[keep], s)
+    background = pair_similarities(f_i[keep], f_j[keep], background_maps(m_i[keep]),
+                                   background_maps(m_j[keep]), video[keep], s)
+    return {"target": target["accuracy"], "background": background["accuracy"],
+            "pairs": int(keep.sum())}
+
+
 def diagnose(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
              settings: SoCLSettings = SoCLSettings()) -> dict:
     """The diagnostics of one backbone on P pairs of regions (frame i and frame j of
     video `video[p]`): the cells' uniformity (mean over both frames), the response
     contrast and identification accuracy on frame j of the template of frame i's
     target cells, SoCL's positive and hardest negative (`pair_similarities`; None
-    without two videos), and the pairs' count. Means over pairs."""
+    without two videos), the GST-only accuracy by the target and by the background
+    (`scene_shortcut`; None without two videos), and the pairs' count. Means over
+    pairs."""
     f_i, f_j = _maps("features_i", features_i, 4), _maps("features_j", features_j, 4)
     r = response_map(f_j, template(f_i, mask_i))
     contrast = response_contrast(r, mask_j)
     sims = pair_similarities(f_i, f_j, h_i, h_j, video, settings)
+    scene = scene_shortcut(f_i, f_j, mask_i, mask_j, h_i, h_j, video, settings)
     return {"pairs": int(len(f_i)),
             "uniformity": float(np.mean(np.concatenate([cell_uniformity(f_i),
                                                         cell_uniformity(f_j)]))),
@@ -176,4 +222,6 @@ def diagnose(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
             "identification": float(np.mean(identification_hits(r, mask_j))),
             "positive": None if sims is None else sims["positive"],
             "hardest_negative": None if sims is None else sims["hardest_negative"],
-            "pair_accuracy": None if sims is None else sims["accuracy"]}
+            "pair_accuracy": None if sims is None else sims["accuracy"],
+            "target_accuracy": None if scene is None else scene["target"],
+            "background_accuracy": None if scene is None else scene["background"]}

@@ -132,7 +132,10 @@ def _fps_cell(label: str, rows: Sequence[dict]) -> str:
 DIAGNOSTICS = (("uniformity", "cells' uniformity"), ("contrast", "response contrast"),
                ("identification", "target identified"), ("positive", "positive"),
                ("hardest_negative", "hardest negative"),
-               ("pair_accuracy", "positive beats hardest"))
+               ("pair_accuracy", "positive beats hardest"),
+               ("target_accuracy", "GST-only accuracy, TOP map"),
+               ("background_accuracy", "GST-only accuracy, background"))
+PERCENT = ("identification", "pair_accuracy", "target_accuracy", "background_accuracy")
 
 
 def context_line(diag: Mapping) -> str:
@@ -193,14 +196,18 @@ def diagnostics_markdown(diag: Mapping) -> list[str]:
              "SoCL's GST cosine of the pair and of its most similar negative (other "
              "videos' GSTs, SNS, mix-ups: the run's negatives for every row, with the "
              "arm's own TOP maps), with the fraction of queries whose positive beats "
-             "it.\n"]
+             "it. GST-only accuracy: the fraction of queries whose positive beats every "
+             "other video's GST (no SNS, no mix-ups), with the TOP maps and with a map "
+             "uniform on the cells outside the true box; the background at or above "
+             "the TOP map: the scene tells the videos apart at least as well as the "
+             "target (a scene shortcut).\n"]
     head = ["backbone"] + [h for _, h in DIAGNOSTICS]
     body = []
     for label, rs in diag["rows"].items():
         cells = []
         for key, _ in DIAGNOSTICS:
             vals = [r[key] for r in rs if r.get(key) is not None]
-            scale = 100 if key in ("identification", "pair_accuracy") else 1
+            scale = 100 if key in PERCENT else 1
             fmt_ = ".0f" if scale == 100 else ".2f"
             cells.append(mean_sd_cell(vals, fmt_, scale) if vals else "-")
         body.append([label] + cells)

@@ -127,3 +127,54 @@ def test_diagnose_gathers_every_measure():
     assert out["positive"] == pytest.approx(1.0) and out["pair_accuracy"] == 1.0
     lone = bd.diagnose(f[:1], f[:1], mask[:1], mask[:1], h[:1], h[:1], [0])
     assert lone["positive"] is None and lone["identification"] == 1.0
+
+
+
+def three_videos(code_on: str):
+    """Frames i and j of three videos, (3, 4, 4, 6) maps with a 2 x 2 target: the
+    video's own code on one part ("target" or "background"), the same in both frames;
+    on the other part a code that moves to the next video's in frame j (it does not
+    follow the video: another video's frame matches it exactly). TOP maps uniform on
+    the target."""
+    e = np.eye(6)
+    frames = {"i": [], "j": []}
+    for v in range(3):
+        for tag, other in (("i", e[3 + v]), ("j", e[3 + (v + 1) % 3])):
+            own = e[v]
+            frames[tag].append(target_on_background(*((own, other) if code_on == "target"
+                                                      else (other, own))))
+    f_i, mask = (np.concatenate(x) for x in zip(*frames["i"]))
+    f_j = np.concatenate([f for f, _ in frames["j"]])
+    return f_i, f_j, mask, mask / mask.sum(axis=(1, 2), keepdims=True)
+
+
+def test_background_maps_are_uniform_off_the_target():
+    _, _, mask, _ = three_videos("target")
+    h = bd.background_maps(mask)
+    np.testing.assert_allclose(h.sum(axis=(1, 2)), 1.0, rtol=1e-6)
+    assert np.all(h[mask] == 0) and np.allclose(h[~mask], 1 / 12)
+    with pytest.raises(ValueError, match="at least one cell outside"):
+        bd.background_maps(np.ones((1, 2, 2), bool))
+    with pytest.raises(ValueError, match="3-D"):
+        bd.background_maps(np.ones((2, 2), bool))
+
+
+def test_scene_shortcut_tells_which_part_identifies_the_video():
+    """The video's code on its target: the TOP map's GSTs of a pair agree (cosine 1)
+    and differ from every other video's (0): accuracy 1; the backgrounds' positive
+    (0) loses to another video's frame (1): accuracy 0. The code on the background:
+    the reverse. A pair whose target fills its region has no background and is left
+    out of both."""
+    f_i, f_j, mask, h = three_videos("target")
+    out = bd.scene_shortcut(f_i, f_j, mask, mask, h, h, [0, 1, 2])
+    assert out == {"target": 1.0, "background": 0.0, "pairs": 3}
+    f_i, f_j, mask, h = three_videos("background")
+    out = bd.scene_shortcut(f_i, f_j, mask, mask, h, h, [0, 1, 2])
+    assert out == {"target": 0.0, "background": 1.0, "pairs": 3}
+    full = mask.copy()
+    full[2] = True
+    out = bd.scene_shortcut(f_i, f_j, full, full, h, h, [0, 1, 2])
+    assert out["pairs"] == 2 and out["background"] == 1.0
+    assert bd.scene_shortcut(f_i, f_j, full, full, h, h, [0, 0, 1]) is None  # one video
+    diag = bd.diagnose(f_i, f_j, mask, mask, h, h, [0, 1, 2])
+    assert diag["target_accuracy"] == 0.0 and diag["background_accuracy"] == 1.0

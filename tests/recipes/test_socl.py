@@ -71,9 +71,12 @@ def test_table1_tiny_writes_every_arm_tables_and_plots(table1_run):
     for label, (row,) in diag["rows"].items():
         assert -1 <= row["uniformity"] <= 1 and 0 <= row["identification"] <= 1, label
         assert -1 <= row["hardest_negative"] <= 1 and row["pairs"] == diag["pairs"], label
+        for key in ("target_accuracy", "background_accuracy"):  # the scene shortcut
+            assert row[key] is None or 0 <= row[key] <= 1, (label, key)
     check = diag["top_check"]["temperature"]
     assert 0 <= check["target_cells_in_sns_pool"] <= 1
     assert "Diagnostics on" in md and "target cells left in the SNS pool" in md
+    assert "GST-only accuracy, background" in md
     # tiny's AlexNet regions of 127 px against conv5's 87 px field
     assert diag["region_px"] == 127 and diag["receptive_field_px"] == 87
     assert "Context region 127 px, the embedding's receptive field 87 px (1.46x" in md
