@@ -72,8 +72,9 @@ def _bar_figure(labels, rows, title):
 
 
 def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
-                  hline: str | None = None):
-    """AUC (mean +- sd over seeds) against the swept value of each group of arms."""
+                  hline: str | None = None, start: str | None = None):
+    """AUC (mean +- sd over seeds) against the swept value of each group of arms, with
+    the arm `hline` (Fig. 8's SoCL-Siam) and the `start` the arms train from as levels."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), dpi=120,
@@ -85,6 +86,8 @@ def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
         ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4, label=name)
         if hline is not None:
             _level_line(ax, rows[hline], hline, "tab:red")
+        if start is not None:
+            _level_line(ax, rows[start], start, "tab:gray")
         ax.set(xlabel=xlabel if len(groups) == 1 else name, ylabel="AUC (%)", title=title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -317,6 +320,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
                   "frame's init included, after compiling; median over seeds [min, max]): "
                   + "; ".join(_fps_cell(lab, rows[lab]) for lab in labels) + ".\n")
     title = f"SoCL {exp}, {net}, generated {split} split\n({spread})"
+    start = next((a.label for a in arms if a.method == "random"), None)  # the arms' start
     if exp == "figure7":
         groups = {"theta_b": [a for a in arms if a.label.startswith("theta_b")],
                   "b_p (theta_p ~ U[b_p, 1))": [a for a in arms if a.label.startswith("b_p")]}
@@ -325,10 +329,9 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
         groups = {"BCE-Siam on pseudo boxes": [a for a in arms if a.method == "bce-siam"]}
         figures["sweeps.png"] = functools.partial(_sweep_figure, groups, rows,
                                                   "alpha (pseudo-box threshold)", title,
-                                                  hline="SoCL-Siam")
+                                                  hline="SoCL-Siam", start=start)
     elif exp == "table2":
         groups = {m: [a for a in arms if a.method == m] for m in ("box-siam", "socl")}
-        start = next((a.label for a in arms if a.method == "random"), None)
         figures["sweeps.png"] = functools.partial(_budget_figure, groups, rows, title,
                                                   start)
     else:

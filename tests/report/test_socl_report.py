@@ -28,3 +28,32 @@ def test_the_title_names_the_training_data(tmp_path, train_data, name):
     assert f"3 {name} training sequences" in title, title
     if train_data == "got10k":
         assert "generated" not in title
+
+
+@pytest.mark.parametrize("experiment", ["figure8", "table2"])
+def test_the_sweep_figures_draw_the_start_as_a_level(experiment):
+    """Figure 8 and Figure 9 draw the start every arm trains from as a level line
+    (with Figure 8's SoCL-Siam), so that a plot says whether training kept it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    config = {"figure8": "socl_figure8_bce.py",
+              "table2": "socl_table2_annotation_cost.py"}[experiment]
+    cfg = load_config(f"{CONFIG.parent / config}:tiny", [])
+    arms = recipe.arms_of(cfg)
+    rows = {a.label: [{"seed": s, **{k: 0.3 + 0.01 * s for k, _ in METRICS},
+                       "fps": 10.0, "sequence_auc": [0.5, 0.5]} for s in cfg.seeds]
+            for a in arms}
+    training = {a.label: [{"seed": s} for s in cfg.seeds] for a in arms}
+    static = {**{k: 0.1 for k, _ in METRICS}, "num_sequences": 2, "num_frames": 8}
+    report = socl_report(cfg, arms, rows, training, static, pairs=[], paper="-",
+                         tops={}, train=["s1", "s2"], budget=None)
+    fig = report.figures["sweeps.png"]()
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
+    start = next(a.label for a in arms if a.method == "random")
+    assert f"{start} (mean +- sd)" in labels, labels
+    if experiment == "figure8":
+        assert "SoCL-Siam (mean +- sd)" in labels, labels
+    plt.close(fig)
