@@ -12,7 +12,7 @@ and TOP maps (N, H, W):
     target_cells_in_sns_pool(h, mask, theta_b)     # target cells the SNS may pool
     pair_similarities(f_i, f_j, h_i, h_j, video, settings)  # SoCL's positive vs
                                                            # hardest negative
-    scene_shortcut(f_i, f_j, mask_i, mask_j, h_i, h_j, video)  # do the videos tell
+    scene_shortcut(f_i, f_j, mask_i, mask_j, h_i, h_j, video)  # are the videos told
                                                    # apart by the target or the scene?
 
 `diagnose` gathers them over pairs of regions (frame i, frame j of one video).
