@@ -129,7 +129,6 @@ def test_diagnose_gathers_every_measure():
     assert lone["positive"] is None and lone["identification"] == 1.0
 
 
-
 def three_videos(code_on: str):
     """Frames i and j of three videos, (3, 4, 4, 6) maps with a 2 x 2 target: the
     video's own code on one part ("target" or "background"), the same in both frames;
