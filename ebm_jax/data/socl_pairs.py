@@ -100,12 +100,15 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
                     input_size: int = 159, context_side: float = 144.0,
                     shift_jitter: float = 0.125, scale_jitter: float = 1.25,
                     temperature: float = 1.0, cache_frames: int = 512,
-                    embedding_grid: EmbeddingGrid = SiamFCAlexNet.embedding_grid
-                    ) -> Callable[[int], dict]:
+                    embedding_grid: EmbeddingGrid = SiamFCAlexNet.embedding_grid,
+                    groups: Sequence[int] | None = None) -> Callable[[int], dict]:
     """`batches(step) -> dict`, a function of (seed, step) alone (a resumed run sees the
     same batches). `tops[i]` are the TOP proposals of sequences[i]'s frames, `points[i]`
     its (N, 2) points (1-indexed x, y) used as region centres; `embedding_grid` the
-    backbone's (`feature_grid`), on whose cells the TOP maps lie. Raises ValueError when
+    backbone's (`feature_grid`), on whose cells the TOP maps lie. With `groups` (a scene
+    id per sequence, `ebm_jax.data.tracking.scene_of`) a batch takes whole scenes, in a
+    random order, until it holds `videos` videos (the last scene in part), so that the
+    negatives of a video include the videos of its own scene. Raises ValueError when
     fewer than `videos` sequences have two frames with maps less than `max_gap` apart."""
     if max_gap < 1:
         raise ValueError(f"max_gap must be >= 1, got {max_gap}")
@@ -122,6 +125,26 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
         raise ValueError(f"a batch takes {videos} distinct videos, but only {len(index)} "
                          f"of {len(sequences)} sequences have two frames with TOP maps less "
                          f"than {max_gap} apart: lower --config.videos or use more sequences")
+
+    scenes = None
+    if groups is not None:
+        if len(groups) != len(sequences):
+            raise ValueError(f"groups must hold one scene id per sequence "
+                             f"({len(sequences)}), got {len(groups)}")
+        scenes = {}
+        for p, (i, _) in enumerate(index):
+            scenes.setdefault(int(groups[i]), []).append(p)
+        scenes = list(scenes.values())
+
+    def pick(rng) -> list[int]:
+        if scenes is None:
+            return list(rng.choice(len(index), size=videos, replace=False))
+        picked = []
+        for g in rng.permutation(len(scenes)):
+            picked += [scenes[g][k] for k in rng.permutation(len(scenes[g]))]
+            if len(picked) >= videos:
+                return picked[:videos]
+        return picked
 
     @functools.lru_cache(maxsize=cache_frames)
     def frame(seq_index: int, t: int) -> np.ndarray:
@@ -141,7 +164,7 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
 
     def batches(step: int) -> dict:
         rng = np.random.default_rng([seed, step])
-        picks = rng.choice(len(index), size=videos, replace=False)
+        picks = pick(rng)
         out = {"i_images": [], "j_images": [], "h_i": [], "h_j": []}
         for p in picks:
             s, rows = index[p]
@@ -153,6 +176,8 @@ def context_batches(sequences: Sequence, tops: Mapping[int, Mapping[str, np.ndar
                 out[f"h_{tag}"].append(h)
         return {k: np.stack(v) for k, v in out.items()}
 
+    batches.videos = lambda step: [index[p][0] for p in pick(
+        np.random.default_rng([seed, step]))]  # the sequences of a step's batch, in order
     batches.num_sequences = len(index)
     batches.num_frames = int(sum(len(r) for _, r in index))
     return batches

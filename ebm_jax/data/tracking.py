@@ -21,6 +21,13 @@ val splits (train pool) and the test split (test pool) share no photo, neither f
 backgrounds nor for textures; within a sequence, background, target and occluder photos
 differ. Photos smaller than 250 px on the shorter side texture objects only.
 
+Scene groups (`TrackingSpec.scene_group` = g > 1): sequences k g .. k g + g - 1 share
+their scene, the background photo, the camera path and the photometric changes, and
+differ in target (texture, shape, motion), distractors and occluders, so that a
+contrastive learner whose negatives are other videos can tell a group's videos apart by
+their targets only (`ebm_jax.data.socl_pairs.context_batches` puts whole groups in a
+batch).
+
 Layout of a split directory (one per spec):
 
     list.txt, spec.json (spec_identity), and per sequence <split>_<00001>/:
@@ -71,27 +78,56 @@ from ebm_jax.data.tracking_render import (PHOTO_POOLS, SequencePlan, background_
 from ebm_jax.data.tracking_spec import SPLIT_IDS, TrackingSpec, TrackingSpecError
 
 __all__ = ["MIN_FIRST_SIDE", "PHOTO_POOLS", "TrackingSpec", "TrackingSpecError", "VERSION",
-           "generate_tracking_split", "plan_sequence", "sequence_name", "spec_identity",
+           "generate_tracking_split", "plan_sequence", "scene_ids", "scene_of", "sequence_name",
+           "spec_identity",
            "write_jpeg_frame"]
 
 VERSION = 1  # bump when the same spec would render different files
 PURPOSES = {"scene": 0, "camera": 1, "target": 2, "motion": 3, "distractors": 4,
-            "occluders": 5, "photometric": 6, "noise": 7, "points": 8}
+            "occluders": 5, "photometric": 6, "noise": 7, "points": 8, "texture": 9}
+SHARED_PURPOSES = ("scene", "camera", "photometric")  # drawn per scene group
 JPEG_QUALITY = 90
 
 
 def spec_identity(spec: TrackingSpec) -> dict:
-    """The JSON-able content of spec.json: every field and the generator's VERSION."""
+    """The JSON-able content of spec.json: every field and the generator's VERSION
+    (`scene_group` only where it is not 1, so that the splits written before it existed
+    keep their identity)."""
     fields = {k: list(v) if isinstance(v, tuple) else v
               for k, v in dataclasses.asdict(spec).items()}
+    if fields["scene_group"] == 1:
+        del fields["scene_group"]
     return {**fields, "version": VERSION}
+
+
+def scene_of(spec: TrackingSpec, index: int) -> int:
+    """The scene group of sequence `index` (`TrackingSpec.scene_group`): the sequences
+    of one group share background photo, camera path and photometric changes."""
+    return index // spec.scene_group
 
 
 def sequence_name(spec: TrackingSpec, index: int) -> str:
     return f"{spec.split}_{index + 1:05d}"
 
 
+def scene_ids(names, scene_group: int) -> list[int]:
+    """The scene group (`scene_of`) of each generated sequence named "<split>_<00001>"
+    (`sequence_name`), for splits written with `TrackingSpec.scene_group`."""
+    ids = []
+    for name in names:
+        head, _, number = str(name).rpartition("_")
+        if head not in SPLIT_IDS or not number.isdigit() or int(number) < 1:
+            raise ValueError(f"sequence {name!r} is not a generated one (<split>_<00001>): "
+                             "its scene group is unknown")
+        ids.append((int(number) - 1) // scene_group)
+    return ids
+
+
 def _rng(spec: TrackingSpec, index: int, purpose: str) -> np.random.Generator:
+    """The generator of one purpose of sequence `index`; a shared purpose's is its scene
+    group's (the group's first sequence's, so `scene_group=1` draws as before)."""
+    if purpose in SHARED_PURPOSES:
+        index = scene_of(spec, index) * spec.scene_group
     return np.random.default_rng([spec.seed, SPLIT_IDS[spec.split], index, PURPOSES[purpose]])
 
 
@@ -109,13 +145,16 @@ def plan_sequence(spec: TrackingSpec, index: int) -> SequencePlan:
     backgrounds = background_photos(pool)
     background = backgrounds[scene.integers(len(backgrounds))]
     textures = [p for p in pool if p != background]
-    texture = textures[scene.integers(len(textures))]
+    # one scene's sequences differ in their target: its texture is drawn per sequence
+    pick = scene if spec.scene_group == 1 else _rng(spec, index, "texture")
+    texture = textures[pick.integers(len(textures))]
     camera, background_scale = plan_camera(_rng(spec, index, "camera"),
                                            load_photo(background).shape[:2], n, spec)
     events = {"jumps": [], "out_of_view": [], "occlusions": [], "blur": []}
     target = plan_target(_rng(spec, index, "target"), _rng(spec, index, "motion"), n, spec,
                          texture, events)
-    meta = {"background": background,
+    meta = {"background": background, **({"scene": scene_of(spec, index)}
+                                         if spec.scene_group > 1 else {}),
             "target": {"texture": texture, "shape": target.shape.kind},
             "distractors": [], "occluders": [], "events": events}
     behind, front = plan_distractors(_rng(spec, index, "distractors"), n, spec, target, meta)

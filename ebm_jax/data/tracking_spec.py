@@ -20,7 +20,8 @@ class TrackingSpecError(ValueError):
 
 # allowed ranges: [low, high]; "(" marks an open lower end
 _INTEGERS = {"num_sequences": (1, 99_999), "num_frames": (1, 100_000), "height": (48, 4096),
-             "width": (48, 4096), "seed": (0, 2**63 - 1), "box_every": (1, 100_000)}
+             "width": (48, 4096), "seed": (0, 2**63 - 1), "box_every": (1, 100_000),
+             "scene_group": (1, 64)}
 _NUMBERS = {"point_shift": (0.0, 1e4), "aspect_change": (1.0, 4.0),
             "rotation_speed": (0.0, 45.0), "speed": (0.0, 0.1), "jump_prob": (0.0, 1.0),
             "out_of_view_rate": (0.0, 1.0), "distractor_front_prob": (0.0, 1.0),
@@ -75,6 +76,11 @@ class TrackingSpec:
     blur_prob: float = 0.1  # per frame
     noise_std: float = 0.02  # largest noise std, a fraction of 255
     edge_softness: float = 1.5  # px, width of the alpha ramp at shape edges
+    # sequences k g .. k g + g - 1 share their scene (background photo, camera path,
+    # illumination, blur): each has its own target, distractors, occluders and motion, so
+    # that a video's scene no longer tells it apart from its group's (1: every sequence
+    # its own scene)
+    scene_group: int = 1
 
     def __post_init__(self):
         if self.split not in SPLIT_IDS:

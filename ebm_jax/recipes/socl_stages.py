@@ -278,11 +278,13 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
     (parameters and batch-norm statistics), the backbone's updates x
     `backbone_lr_scale`, every batch norm on its start's statistics with `freeze_bn`.
     Every arm of a seed starts from the same weights and sees the same batch order
-    (paired comparisons)."""
+    (paired comparisons). With `scene_group` > 1 a batch takes whole scene groups
+    (negatives that share the scene)."""
     import optax
 
     from ebm_jax.data.pipeline import stream_steps
     from ebm_jax.data.socl_pairs import context_batches
+    from ebm_jax.data.tracking import scene_ids
     from ebm_jax.recipes.tracking_stages import backbone_identity, build_model
     from ebm_jax.tracking import socl_siam
     from ebm_jax.train import create_train_state, make_train_step, merge_model
@@ -326,7 +328,9 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
                               input_size=cfg.input_size, context_side=cfg.context_side,
                               shift_jitter=cfg.shift_jitter, scale_jitter=cfg.scale_jitter,
                               temperature=temperature,
-                              embedding_grid=model.embedding_grid)
+                              embedding_grid=model.embedding_grid,
+                              groups=scene_ids([s.name for s in sequences], cfg.scene_group)
+                              if cfg.scene_group > 1 else None)
     batches = stream_steps(batches, cfg.socl_steps)
     ctx.log(f"stage {name} ({label}): {cfg.socl_steps} steps of {cfg.videos} videos x "
             f"2 frames from {batches.num_sequences} sequences ({batches.num_frames} frames "

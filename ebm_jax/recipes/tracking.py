@@ -77,6 +77,10 @@ class Config:
     frame_width: int = 320
     point_shift: float = 20.0  # px, the noisy point annotation's shift (for SoCL)
     box_every: int = 10  # T of the sparse box annotations (for SoCL)
+    # the generated training split's scene groups (`TrackingSpec.scene_group`): this
+    # many consecutive sequences share background photo, camera path and illumination
+    # (SoCL's batches then take whole groups: negatives that share the scene); 1: none
+    scene_group: int = 1
     width: float = 0.25  # the backbone's channel multiplier (1.0: the published nets)
     # the backbone every arm trains (`ebm_jax.models.tracking_backbones`): "alexnet"
     # (SiamFC's, the default) or "resnet18" (dilated layer3, SoCL's in the paper), and
@@ -148,6 +152,11 @@ class Config:
         c.int_range("strip_sequences", 0)
         c.int_range("strip_frames", 1, 20)
         c.float_range("point_shift", 0.0, 1000.0)
+        c.int_range("scene_group", 1, 64)
+        if self.scene_group > 1 and self.train_data != "generated":
+            raise ConfigError(f"--config.scene_group groups the generated training "
+                              f"split's sequences: it needs --config.train_data=generated, "
+                              f"got {self.train_data!r}")
         c.float_range("width", 0.0625, 4.0)
         c.one_of("backbone", BACKBONES)
         if self.pretrained is not None and self.backbone != "resnet18":

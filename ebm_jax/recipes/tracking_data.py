@@ -21,14 +21,16 @@ class TrackingData:
 
 
 def generated_specs(cfg, ctx) -> dict:
-    """The `TrackingSpec` of each generated split (its seed is the run's "data" seed)."""
+    """The `TrackingSpec` of each generated split (its seed is the run's "data" seed;
+    scene groups in the training split alone)."""
     from ebm_jax.data.tracking import TrackingSpec
 
     common = dict(num_frames=cfg.num_frames, height=cfg.frame_height,
                   width=cfg.frame_width, point_shift=cfg.point_shift,
                   box_every=cfg.box_every)
     sizes = {"train": cfg.num_train_sequences, "test": cfg.num_test_sequences}
-    return {split: TrackingSpec(split=split, num_sequences=n,
+    groups = {"train": cfg.scene_group, "test": 1}
+    return {split: TrackingSpec(split=split, num_sequences=n, scene_group=groups[split],
                                 seed=ctx.seed_of("data", split) % 2**31, **common)
             for split, n in sizes.items()}
 

@@ -124,3 +124,14 @@ def test_context_batches_are_deterministic_and_shaped(tmp_path):
     with pytest.raises(ValueError, match="videos"):
         context_batches(seqs, tops, points=points, videos=len(seqs) + 1, max_gap=100,
                         seed=0)
+    assert len(set(make(1).videos(5))) == 3
+    # scenes of two: a batch of 3 takes one whole scene and one video of another
+    grouped = context_batches(seqs, tops, points=points, videos=3, max_gap=100, seed=1,
+                              input_size=95, context_side=48.0, groups=[0, 0, 1, 1, 2, 2])
+    for step in range(8):
+        picked = grouped.videos(step)
+        assert len(set(picked)) == 3 and picked[0] // 2 == picked[1] // 2
+        np.testing.assert_array_equal(grouped(step)["i_images"], grouped(step)["i_images"])
+    with pytest.raises(ValueError, match="one scene id per sequence"):
+        context_batches(seqs, tops, points=points, videos=3, max_gap=100, seed=0,
+                        groups=[0, 1])

@@ -188,6 +188,9 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.input_size=95", r"--config.input_size must be >= 127 \(SiamFC's exemplar\)"
                                r".*smaller than the exemplar"),
     ("--config.diagnostic_pairs=-1", "--config.diagnostic_pairs"),
+    ("--config.scene_group=0", r"--config.scene_group must be an integer in \[1, 64\], "
+                               r"got 0"),
+    ("--config.scene_group=65", "--config.scene_group"),
     ("--config.region_fields=-1", r"--config.region_fields must be a number in \[0.0, "
                                   r"16.0\]"),
     ("--config.region_fields=12", r"--config.region_fields=12 needs a 1047 px region for "

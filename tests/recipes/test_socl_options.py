@@ -208,3 +208,35 @@ def test_arm_temperature_lines_group_the_arms_of_one_temperature():
         "- +LST, T 4: TOP maps at temperature 4 (set), theta_b 0.8: 20% of the target "
         "cells left in the SNS pool; the theta_b mass covers 0.50x the target's cells."]
     assert arm_temperature_lines({"arm_temperatures": {}}) == []
+
+
+def test_scene_groups_reach_the_training_split_and_the_socl_batches(monkeypatch, tmp_path):
+    from ebm_jax.data import socl_pairs
+    from ebm_jax.recipes.tracking_data import generated_specs
+
+    class Ctx:
+        @staticmethod
+        def seed_of(stage, purpose):
+            return len(f"{stage}/{purpose}")
+
+    cfg = tiny("table1", "--config.scene_group=2")
+    specs = generated_specs(cfg, Ctx)
+    assert specs["train"].scene_group == 2 and specs["test"].scene_group == 1
+    assert generated_specs(tiny("table1"), Ctx)["train"].scene_group == 1
+    with pytest.raises(ConfigError, match="--config.scene_group groups the generated "
+                                          "training split's sequences: it needs "
+                                          "--config.train_data=generated"):
+        tiny("table1", "--config.scene_group=2", "--config.train_data=got10k")
+
+    class Seen(Exception):
+        pass
+
+    def seen(sequences, *args, groups=None, **kwargs):
+        raise Seen([s.name for s in sequences], groups)
+
+    monkeypatch.setattr(socl_pairs, "context_batches", seen)
+    with pytest.raises(Seen) as batches:
+        run_experiment(cfg, workdir=tmp_path / "runs", progress=False, log=_quiet)
+    names, groups = batches.value.args
+    assert len(names) >= 2 and groups == [(int(n.rpartition("_")[2]) - 1) // 2
+                                          for n in names]
