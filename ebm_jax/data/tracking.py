@@ -78,9 +78,8 @@ from ebm_jax.data.tracking_render import (PHOTO_POOLS, SequencePlan, background_
 from ebm_jax.data.tracking_spec import SPLIT_IDS, TrackingSpec, TrackingSpecError
 
 __all__ = ["MIN_FIRST_SIDE", "PHOTO_POOLS", "TrackingSpec", "TrackingSpecError", "VERSION",
-           "generate_tracking_split", "plan_sequence", "scene_ids", "scene_of", "sequence_name",
-           "spec_identity",
-           "write_jpeg_frame"]
+           "generate_tracking_split", "plan_sequence", "scene_ids", "scene_of",
+           "sequence_name", "spec_identity", "write_jpeg_frame"]
 
 VERSION = 1  # bump when the same spec would render different files
 PURPOSES = {"scene": 0, "camera": 1, "target": 2, "motion": 3, "distractors": 4,

@@ -246,7 +246,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
     md = [f"## SoCL {exp}: SiamFC {net} width {cfg.width}, {cfg.socl_steps} SoCL steps of "
           f"{cfg.videos} videos, {len(train)} {training_data_name(cfg.train_data)} "
-          "training sequences\n",
+          "training sequences"
+          + (f" in scene groups of {cfg.scene_group}" if cfg.scene_group > 1 else "") + "\n",
           f"Generated {split} split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]

@@ -12,11 +12,13 @@ CONFIG = (Path(__file__).parents[2] / "experiments" / "tracking"
           / "socl_table1_ablation.py")
 
 
-@pytest.mark.parametrize("train_data, name", [("generated", "generated"),
-                                              ("got10k", "GOT-10k")])
-def test_the_title_names_the_training_data(tmp_path, train_data, name):
+@pytest.mark.parametrize("train_data, name, groups", [("generated", "generated", 1),
+                                                      ("generated", "generated", 2),
+                                                      ("got10k", "GOT-10k", 1)])
+def test_the_title_names_the_training_data(tmp_path, train_data, name, groups):
     cfg = load_config(f"{CONFIG}:tiny", [f"--config.train_data={train_data}",
-                                         f"--config.got10k_root={tmp_path}"])
+                                         f"--config.got10k_root={tmp_path}",
+                                         f"--config.scene_group={groups}"])
     arms = recipe.arms_of(cfg)
     row = {**{k: 0.5 for k, _ in METRICS}, "fps": 10.0, "sequence_auc": [0.5, 0.5]}
     rows = {a.label: [{"seed": s, **row} for s in cfg.seeds] for a in arms}
@@ -26,6 +28,7 @@ def test_the_title_names_the_training_data(tmp_path, train_data, name):
                          tops={}, train=["s1", "s2", "s3"], budget=None)
     title = report.markdown.splitlines()[0]
     assert f"3 {name} training sequences" in title, title
+    assert title.endswith("in scene groups of 2") == (groups == 2), title
     if train_data == "got10k":
         assert "generated" not in title
 
