@@ -174,16 +174,35 @@ def background_maps(target_mask) -> np.ndarray:
     return ((~m) / outside[:, None, None]).astype(np.float32)
 
 
+def _within_scene(f_i, f_j, h_i, h_j, video, scene, settings) -> float | None:
+    """`pair_similarities`' accuracy with each query's negatives the other videos of its
+    own scene only (the mean over the scenes with two videos or more, weighted by their
+    queries); None where no scene has two."""
+    hits = queries = 0
+    for g in np.unique(scene):
+        rows = scene == g
+        if len(set(video[rows].tolist())) < 2:
+            continue
+        r = pair_similarities(f_i[rows], f_j[rows], h_i[rows], h_j[rows], video[rows],
+                              settings)
+        hits, queries = hits + r["accuracy"] * r["queries"], queries + r["queries"]
+    return hits / queries if queries else None
+
+
 def scene_shortcut(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
-                   settings: SoCLSettings = SoCLSettings()) -> dict | None:
+                   settings: SoCLSettings = SoCLSettings(), scene=None) -> dict | None:
     """Whether the scene tells the videos apart better than the target (SoCL's only
     negatives are other videos, Wu & Chan sec. 3.2, eq. 9: a backbone can solve it by
     the background). GST-only in-batch accuracy (`pair_similarities` without SNS,
     mix-ups or LSTs: Table 1's GST row, eqs. 2 and 9) of the same pairs, once with the
     TOP maps h ("target") and once with `background_maps` ("background"), on the pairs
     whose both regions have a cell outside the target ("pairs"). A background accuracy
-    at or above the target's: the scene identifies the video at least as well. None
-    without two videos among those pairs."""
+    at or above the target's: the scene identifies the video at least as well. With
+    `scene` (a scene id per pair: videos that share background and camera, the
+    generator's scene groups) both are also measured against the videos of the query's
+    own scene alone ("target_within_scene", "background_within_scene"; None without a
+    scene of two videos): what the background tells apart once the scene is shared.
+    None without two videos among those pairs."""
     f_i, f_j = _maps("features_i", features_i, 4), _maps("features_j", features_j, 4)
     m_i, m_j = (_masks(m, f_i.shape[:3]) for m in (mask_i, mask_j))
     video = np.asarray(video).reshape(-1)
@@ -196,24 +215,35 @@ def scene_shortcut(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
     target = pair_similarities(f_i[keep], f_j[keep], h_i, h_j, video[keep], s)
     background = pair_similarities(f_i[keep], f_j[keep], background_maps(m_i[keep]),
                                    background_maps(m_j[keep]), video[keep], s)
-    return {"target": target["accuracy"], "background": background["accuracy"],
-            "pairs": int(keep.sum())}
+    out = {"target": target["accuracy"], "background": background["accuracy"],
+           "pairs": int(keep.sum()), "target_within_scene": None,
+           "background_within_scene": None}
+    if scene is not None:
+        scene = np.asarray(scene).reshape(-1)
+        if scene.shape != video.shape:
+            raise ValueError(f"scene must hold one id per pair ({len(video)}), got shape "
+                             f"{scene.shape}")
+        bg_i, bg_j = background_maps(m_i[keep]), background_maps(m_j[keep])
+        for name, (a, b) in (("target", (h_i, h_j)), ("background", (bg_i, bg_j))):
+            out[f"{name}_within_scene"] = _within_scene(
+                f_i[keep], f_j[keep], a, b, video[keep], scene[keep], s)
+    return out
 
 
 def diagnose(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
-             settings: SoCLSettings = SoCLSettings()) -> dict:
+             settings: SoCLSettings = SoCLSettings(), scene=None) -> dict:
     """The diagnostics of one backbone on P pairs of regions (frame i and frame j of
     video `video[p]`): the cells' uniformity (mean over both frames), the response
     contrast and identification accuracy on frame j of the template of frame i's
     target cells, SoCL's positive and hardest negative (`pair_similarities`; None
     without two videos), the GST-only accuracy by the target and by the background
-    (`scene_shortcut`; None without two videos), and the pairs' count. Means over
-    pairs."""
+    (`scene_shortcut`; None without two videos; also within each `scene` where given),
+    and the pairs' count. Means over pairs."""
     f_i, f_j = _maps("features_i", features_i, 4), _maps("features_j", features_j, 4)
     r = response_map(f_j, template(f_i, mask_i))
     contrast = response_contrast(r, mask_j)
     sims = pair_similarities(f_i, f_j, h_i, h_j, video, settings)
-    scene = scene_shortcut(f_i, f_j, mask_i, mask_j, h_i, h_j, video, settings)
+    shortcut = scene_shortcut(f_i, f_j, mask_i, mask_j, h_i, h_j, video, settings, scene)
     return {"pairs": int(len(f_i)),
             "uniformity": float(np.mean(np.concatenate([cell_uniformity(f_i),
                                                         cell_uniformity(f_j)]))),
@@ -223,5 +253,6 @@ def diagnose(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
             "positive": None if sims is None else sims["positive"],
             "hardest_negative": None if sims is None else sims["hardest_negative"],
             "pair_accuracy": None if sims is None else sims["accuracy"],
-            "target_accuracy": None if scene is None else scene["target"],
-            "background_accuracy": None if scene is None else scene["background"]}
+            **{f"{k}_accuracy": None if shortcut is None else shortcut[k]
+               for k in ("target", "background", "target_within_scene",
+                         "background_within_scene")}}

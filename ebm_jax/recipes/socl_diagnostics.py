@@ -33,7 +33,8 @@ DIAGNOSED_METHODS = ("socl", "box-siam", "bce-siam")
 @dataclasses.dataclass(frozen=True)
 class DiagnosticPairs:
     """P pairs of regions: images (P, S, S, 3) uint8, target masks (P, g, g) bool, TOP
-    maps at temperature 1 (P, g, g), the video of each pair, and where they are from."""
+    maps at temperature 1 (P, g, g), the video of each pair, and where they are from;
+    the scene of each pair where the split comes in scene groups (else None)."""
 
     split: str
     sequences: int
@@ -44,6 +45,7 @@ class DiagnosticPairs:
     h1_i: np.ndarray
     h1_j: np.ndarray
     video: np.ndarray
+    scene: np.ndarray | None = None
 
 
 def diagnostic_split(data, validation) -> tuple[str, list, dict]:
@@ -98,8 +100,14 @@ def diagnostic_pairs(cfg, ctx, split: str, sequences, identity,
             out[f"h1_{tag}"].append(region_top_map(top["boxes"][row], top["scores"][row],
                                                    centre, side, cfg.input_size, 1.0,
                                                    embedding_grid))
+    scene = None
+    if split == "validation" and cfg.scene_group > 1:  # the training split's groups
+        from ebm_jax.data.tracking import scene_ids
+
+        ids = scene_ids([s.name for s in seqs], cfg.scene_group)
+        scene = np.asarray([ids[i] for i, _ in order])
     return DiagnosticPairs(split=split, sequences=len({i for i, _ in order}),
-                           video=np.asarray([i for i, _ in order]),
+                           video=np.asarray([i for i, _ in order]), scene=scene,
                            **{k: np.stack(v) for k, v in out.items()})
 
 
@@ -122,7 +130,7 @@ def backbone_row(model, pairs: DiagnosticPairs, h_i, h_j, settings) -> dict:
     f = features_of(model, np.concatenate([pairs.images_i, pairs.images_j]))
     n = len(pairs.images_i)
     return diagnose(f[:n], f[n:], pairs.mask_i, pairs.mask_j, h_i, h_j, pairs.video,
-                    settings)
+                    settings, pairs.scene)
 
 
 def top_check(pairs: DiagnosticPairs, temperature: float, theta_b: float) -> dict:

@@ -165,11 +165,12 @@ def test_scene_shortcut_tells_which_part_identifies_the_video():
     the reverse. A pair whose target fills its region has no background and is left
     out of both."""
     f_i, f_j, mask, h = three_videos("target")
+    unscened = {"target_within_scene": None, "background_within_scene": None}
     out = bd.scene_shortcut(f_i, f_j, mask, mask, h, h, [0, 1, 2])
-    assert out == {"target": 1.0, "background": 0.0, "pairs": 3}
+    assert out == {"target": 1.0, "background": 0.0, "pairs": 3, **unscened}
     f_i, f_j, mask, h = three_videos("background")
     out = bd.scene_shortcut(f_i, f_j, mask, mask, h, h, [0, 1, 2])
-    assert out == {"target": 0.0, "background": 1.0, "pairs": 3}
+    assert out == {"target": 0.0, "background": 1.0, "pairs": 3, **unscened}
     full = mask.copy()
     full[2] = True
     out = bd.scene_shortcut(f_i, f_j, full, full, h, h, [0, 1, 2])
@@ -177,3 +178,35 @@ def test_scene_shortcut_tells_which_part_identifies_the_video():
     assert bd.scene_shortcut(f_i, f_j, full, full, h, h, [0, 0, 1]) is None  # one video
     diag = bd.diagnose(f_i, f_j, mask, mask, h, h, [0, 1, 2])
     assert diag["target_accuracy"] == 0.0 and diag["background_accuracy"] == 1.0
+
+
+def test_scene_shortcut_within_a_scene():
+    """Scenes [0, 0, 1, 1, 2]: each video's own code on its target in both frames
+    (the TOP map's positive 1, every other video 0: accuracy 1). Backgrounds of one
+    code per video and frame; in scene 0 frame j shows the mate's frame-i code, so the
+    mate's frame beats the positive (0 against 1): a miss; in scenes 1 and 2 frame j
+    repeats frame i's code: a hit. Within its scene, scene 2's lone video has no
+    negative and is left out: background 2 hits of 4 queries. Against every video, 3
+    of 5."""
+    e = np.eye(10)
+    background_j = {0: 1, 1: 0, 2: 2, 3: 3, 4: 4}
+    frames = {"i": [], "j": []}
+    for v in range(5):
+        frames["i"].append(target_on_background(e[v], e[5 + v]))
+        frames["j"].append(target_on_background(e[v], e[5 + background_j[v]]))
+    f_i, mask = (np.concatenate(x) for x in zip(*frames["i"]))
+    f_j = np.concatenate([f for f, _ in frames["j"]])
+    h = mask / mask.sum(axis=(1, 2), keepdims=True)
+    video, scene = [0, 1, 2, 3, 4], [0, 0, 1, 1, 2]
+    out = bd.scene_shortcut(f_i, f_j, mask, mask, h, h, video, scene=scene)
+    # 3 / 5 as a float32 mean: within float32's rounding of 0.6
+    assert out == {"target": 1.0, "background": pytest.approx(0.6, rel=1e-7), "pairs": 5,
+                   "target_within_scene": 1.0, "background_within_scene": 0.5}
+    diag = bd.diagnose(f_i, f_j, mask, mask, h, h, video, scene=scene)
+    assert diag["background_within_scene_accuracy"] == 0.5
+    assert diag["target_within_scene_accuracy"] == 1.0
+    alone = bd.scene_shortcut(f_i, f_j, mask, mask, h, h, video, scene=[0, 1, 2, 3, 4])
+    assert alone["background_within_scene"] is None
+    assert alone["background"] == pytest.approx(0.6, rel=1e-7)
+    with pytest.raises(ValueError, match="one id per pair"):
+        bd.scene_shortcut(f_i, f_j, mask, mask, h, h, video, scene=[0, 0])

@@ -60,3 +60,28 @@ def test_the_sweep_figures_draw_the_start_as_a_level(experiment):
     if experiment == "figure8":
         assert "SoCL-Siam (mean +- sd)" in labels, labels
     plt.close(fig)
+
+
+def test_the_within_scene_columns_appear_only_with_scene_groups():
+    from ebm_jax.report.socl import diagnostics_markdown
+
+    check = {"temperature": 1.0, "target_cells_in_sns_pool": 0.9,
+             "mass_over_target_cells": 0.1}
+    row = {"seed": 0, "pairs": 8, "uniformity": 0.5, "contrast": 1.2,
+           "identification": 0.7, "positive": 0.8, "hardest_negative": 0.9,
+           "pair_accuracy": 0.4, "target_accuracy": 0.75, "background_accuracy": 0.85}
+    diag = {"split": "validation", "sequences": 4, "pairs": 8, "region_px": 159,
+            "receptive_field_px": 227, "temperature": 1.0, "theta_b": 0.8,
+            "calibration": None, "arm_temperatures": {},
+            "top_check": {"temperature": check, "at_1": check, "median_target_cells": 25.0,
+                          "theta_b": 0.8},
+            "rows": {"start": [row]}}
+    plain = "\n".join(diagnostics_markdown(diag))
+    assert "within its scene" not in plain.lower()
+    scened = {**row, "target_within_scene_accuracy": 0.8,
+              "background_within_scene_accuracy": 0.6}
+    md = "\n".join(diagnostics_markdown({**diag, "rows": {"start": [scened]}}))
+    assert "| within its scene, TOP map | within its scene, background |" in md
+    assert md.splitlines()[-1] == ("| start | 0.50 | 1.20 | 70 | 0.80 | 0.90 | 40 | 75 | 85 | 80 "
+                                   "| 60 |")
+    assert "- Within its scene:" in md
