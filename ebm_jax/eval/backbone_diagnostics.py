@@ -181,11 +181,10 @@ def _within_scene(f_i, f_j, h_i, h_j, video, scene, settings) -> float | None:
     hits = queries = 0
     for g in np.unique(scene):
         rows = scene == g
-        if len(set(video[rows].tolist())) < 2:
-            continue
         r = pair_similarities(f_i[rows], f_j[rows], h_i[rows], h_j[rows], video[rows],
                               settings)
-        hits, queries = hits + r["accuracy"] * r["queries"], queries + r["queries"]
+        if r is not None:  # None: a scene of one video
+            hits, queries = hits + r["accuracy"] * r["queries"], queries + r["queries"]
     return hits / queries if queries else None
 
 
@@ -206,27 +205,24 @@ def scene_shortcut(features_i, features_j, mask_i, mask_j, h_i, h_j, video,
     f_i, f_j = _maps("features_i", features_i, 4), _maps("features_j", features_j, 4)
     m_i, m_j = (_masks(m, f_i.shape[:3]) for m in (mask_i, mask_j))
     video = np.asarray(video).reshape(-1)
-    keep = ((~m_i).reshape(len(m_i), -1).any(axis=1)
-            & (~m_j).reshape(len(m_j), -1).any(axis=1))
-    if len(set(video[keep].tolist())) < 2:
-        return None
-    s = dataclasses.replace(settings, use_sns=False, use_mix=False, use_lst=False)
-    h_i, h_j = np.asarray(h_i)[keep], np.asarray(h_j)[keep]
-    target = pair_similarities(f_i[keep], f_j[keep], h_i, h_j, video[keep], s)
-    background = pair_similarities(f_i[keep], f_j[keep], background_maps(m_i[keep]),
-                                   background_maps(m_j[keep]), video[keep], s)
-    out = {"target": target["accuracy"], "background": background["accuracy"],
-           "pairs": int(keep.sum()), "target_within_scene": None,
-           "background_within_scene": None}
     if scene is not None:
         scene = np.asarray(scene).reshape(-1)
         if scene.shape != video.shape:
             raise ValueError(f"scene must hold one id per pair ({len(video)}), got shape "
                              f"{scene.shape}")
-        bg_i, bg_j = background_maps(m_i[keep]), background_maps(m_j[keep])
-        for name, (a, b) in (("target", (h_i, h_j)), ("background", (bg_i, bg_j))):
-            out[f"{name}_within_scene"] = _within_scene(
-                f_i[keep], f_j[keep], a, b, video[keep], scene[keep], s)
+    keep = ((~m_i).reshape(len(m_i), -1).any(axis=1)
+            & (~m_j).reshape(len(m_j), -1).any(axis=1))
+    if len(set(video[keep].tolist())) < 2:
+        return None
+    s = dataclasses.replace(settings, use_sns=False, use_mix=False, use_lst=False)
+    f_i, f_j, video = f_i[keep], f_j[keep], video[keep]
+    maps = {"target": (np.asarray(h_i)[keep], np.asarray(h_j)[keep]),
+            "background": (background_maps(m_i[keep]), background_maps(m_j[keep]))}
+    out = {"pairs": int(keep.sum())}
+    for name, (a, b) in maps.items():
+        out[name] = pair_similarities(f_i, f_j, a, b, video, s)["accuracy"]
+        out[f"{name}_within_scene"] = (None if scene is None else
+                                       _within_scene(f_i, f_j, a, b, video, scene[keep], s))
     return out
 
 
