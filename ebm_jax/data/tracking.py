@@ -26,7 +26,9 @@ their scene, the background photo, the camera path and the photometric changes, 
 differ in target (texture, shape, motion), distractors and occluders, so that a
 contrastive learner whose negatives are other videos can tell a group's videos apart by
 their targets only (`ebm_jax.data.socl_pairs.context_batches` puts whole groups in a
-batch).
+batch). With `TrackingSpec.scene_path` the group's targets also move together (each on
+the centre path of the group's first target, with its own shape, size and texture), so
+the background around the target is shared as well.
 
 Layout of a split directory (one per spec):
 
@@ -90,12 +92,14 @@ JPEG_QUALITY = 90
 
 def spec_identity(spec: TrackingSpec) -> dict:
     """The JSON-able content of spec.json: every field and the generator's VERSION
-    (`scene_group` only where it is not 1, so that the splits written before it existed
-    keep their identity)."""
+    (`scene_group` only where it is not 1, `scene_path` only where it is True, so that
+    the splits written before they existed keep their identity)."""
     fields = {k: list(v) if isinstance(v, tuple) else v
               for k, v in dataclasses.asdict(spec).items()}
     if fields["scene_group"] == 1:
         del fields["scene_group"]
+    if not fields["scene_path"]:
+        del fields["scene_path"]
     return {**fields, "version": VERSION}
 
 
@@ -130,6 +134,15 @@ def _rng(spec: TrackingSpec, index: int, purpose: str) -> np.random.Generator:
     return np.random.default_rng([spec.seed, SPLIT_IDS[spec.split], index, PURPOSES[purpose]])
 
 
+def _plan_target(spec: TrackingSpec, index: int, textures, scene, events):
+    """Sequence `index`'s target texture (one scene's sequences differ in their target:
+    with scene groups the texture is drawn per sequence) and `plan_target`."""
+    pick = scene if spec.scene_group == 1 else _rng(spec, index, "texture")
+    texture = textures[pick.integers(len(textures))]
+    return texture, plan_target(_rng(spec, index, "target"), _rng(spec, index, "motion"),
+                                spec.num_frames, spec, texture, events)
+
+
 def plan_sequence(spec: TrackingSpec, index: int) -> SequencePlan:
     """Sequence `index` of the split: photos, camera path, the target's and the other
     objects' shapes and poses, photometric changes (rendered by
@@ -144,14 +157,20 @@ def plan_sequence(spec: TrackingSpec, index: int) -> SequencePlan:
     backgrounds = background_photos(pool)
     background = backgrounds[scene.integers(len(backgrounds))]
     textures = [p for p in pool if p != background]
-    # one scene's sequences differ in their target: its texture is drawn per sequence
-    pick = scene if spec.scene_group == 1 else _rng(spec, index, "texture")
-    texture = textures[pick.integers(len(textures))]
     camera, background_scale = plan_camera(_rng(spec, index, "camera"),
                                            load_photo(background).shape[:2], n, spec)
     events = {"jumps": [], "out_of_view": [], "occlusions": [], "blur": []}
-    target = plan_target(_rng(spec, index, "target"), _rng(spec, index, "motion"), n, spec,
-                         texture, events)
+    texture, target = _plan_target(spec, index, textures, scene, events)
+    leader = scene_of(spec, index) * spec.scene_group
+    if spec.scene_path and index != leader:
+        # the group's targets move together: the first sequence's centres, jumps and
+        # out-of-view stretches; this target's own shape, size, pose and appearance
+        path = {"jumps": [], "out_of_view": []}
+        _, first = _plan_target(spec, leader, textures, _rng(spec, leader, "scene"), path)
+        poses = target.poses.copy()
+        poses[:, :2] = first.poses[:, :2]
+        target = dataclasses.replace(target, poses=poses)
+        events.update(path)
     meta = {"background": background, **({"scene": scene_of(spec, index)}
                                          if spec.scene_group > 1 else {}),
             "target": {"texture": texture, "shape": target.shape.kind},

@@ -81,6 +81,10 @@ class TrackingSpec:
     # that a video's scene no longer tells it apart from its group's (1: every sequence
     # its own scene)
     scene_group: int = 1
+    # a scene group's targets move together: every one follows the centre path (start,
+    # motion, jumps, out-of-view stretches) of its group's first sequence's target, so
+    # that the background around the target is shared too (needs scene_group > 1)
+    scene_path: bool = False
 
     def __post_init__(self):
         if self.split not in SPLIT_IDS:
@@ -98,6 +102,13 @@ class TrackingSpec:
                 raise TrackingSpecError(f"TrackingSpec.{name} must be a pair with min <= max, "
                                         f"got {value!r}")
             object.__setattr__(self, name, value)
+        if not isinstance(self.scene_path, (bool, np.bool_)):
+            raise TrackingSpecError(f"TrackingSpec.scene_path must be True or False, "
+                                    f"got {self.scene_path!r}")
+        object.__setattr__(self, "scene_path", bool(self.scene_path))
+        if self.scene_path and self.scene_group == 1:
+            raise TrackingSpecError("TrackingSpec.scene_path moves a scene group's targets "
+                                    "together: it needs scene_group in [2, 64], got 1")
         if not self.scale_range[0] <= 1.0 <= self.scale_range[1]:
             raise TrackingSpecError(f"TrackingSpec.scale_range must be a pair with "
                                     f"min <= 1 <= max, got {self.scale_range!r}")

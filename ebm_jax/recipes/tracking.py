@@ -81,6 +81,9 @@ class Config:
     # many consecutive sequences share background photo, camera path and illumination
     # (SoCL's batches then take whole groups: negatives that share the scene); 1: none
     scene_group: int = 1
+    # the scene group's targets move together too (`TrackingSpec.scene_path`): each on
+    # the path of the group's first target, so the background around it is shared
+    scene_path: bool = False
     width: float = 0.25  # the backbone's channel multiplier (1.0: the published nets)
     # the backbone every arm trains (`ebm_jax.models.tracking_backbones`): "alexnet"
     # (SiamFC's, the default) or "resnet18" (dilated layer3, SoCL's in the paper), and
@@ -157,6 +160,10 @@ class Config:
             raise ConfigError(f"--config.scene_group groups the generated training "
                               f"split's sequences: it needs --config.train_data=generated, "
                               f"got {self.train_data!r}")
+        c.boolean("scene_path")
+        if self.scene_path and self.scene_group == 1:
+            raise ConfigError("--config.scene_path moves a scene group's targets together: "
+                              "it needs --config.scene_group in [2, 64], got 1")
         c.float_range("width", 0.0625, 4.0)
         c.one_of("backbone", BACKBONES)
         if self.pretrained is not None and self.backbone != "resnet18":

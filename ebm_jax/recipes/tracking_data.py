@@ -29,9 +29,11 @@ def generated_specs(cfg, ctx) -> dict:
                   width=cfg.frame_width, point_shift=cfg.point_shift,
                   box_every=cfg.box_every)
     sizes = {"train": cfg.num_train_sequences, "test": cfg.num_test_sequences}
-    groups = {"train": cfg.scene_group, "test": 1}
-    return {split: TrackingSpec(split=split, num_sequences=n, scene_group=groups[split],
-                                seed=ctx.seed_of("data", split) % 2**31, **common)
+    groups = {"train": dict(scene_group=cfg.scene_group, scene_path=cfg.scene_path),
+              "test": {}}
+    return {split: TrackingSpec(split=split, num_sequences=n,
+                                seed=ctx.seed_of("data", split) % 2**31,
+                                **groups[split], **common)
             for split, n in sizes.items()}
 
 

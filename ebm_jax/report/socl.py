@@ -262,7 +262,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     md = [f"## SoCL {exp}: SiamFC {net} width {cfg.width}, {cfg.socl_steps} SoCL steps of "
           f"{cfg.videos} videos, {len(train)} {training_data_name(cfg.train_data)} "
           "training sequences"
-          + (f" in scene groups of {cfg.scene_group}" if cfg.scene_group > 1 else "") + "\n",
+          + (f" in scene groups of {cfg.scene_group}" if cfg.scene_group > 1 else "")
+          + (" (targets on one path)" if cfg.scene_path else "") + "\n",
           f"Generated {split} split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]

@@ -71,7 +71,8 @@ def test_layout_and_labels_agree(split):
     names = (dest / "list.txt").read_text().splitlines()
     assert names == ["train_00001", "train_00002"]
     fields = json.loads(json.dumps(dataclasses.asdict(spec)))
-    del fields["scene_group"]  # 1, left out (the identity of splits written before it)
+    del fields["scene_group"], fields["scene_path"]  # defaults, left out (the identity
+    # of splits written before they existed)
     assert json.loads((dest / "spec.json").read_text()) == {**fields, "version": trk.VERSION}
     n = spec.num_frames
     for name in names:
@@ -292,12 +293,15 @@ def test_failed_generation_leaves_nothing(tmp_path, monkeypatch):
     ("target_size", (0.3, 0.1)), ("target_size", (0.1,)), ("scale_range", (1.2, 2.0)),
     ("num_distractors", (0, 9)), ("jump_prob", 1.5), ("out_of_view_rate", -0.1),
     ("aspect_change", 0.5), ("noise_std", 2.0), ("edge_softness", 0.0),
-    ("scene_group", 0), ("scene_group", 65),
+    ("scene_group", 0), ("scene_group", 65), ("scene_path", 1), ("scene_path", "yes"),
 ])
 def test_spec_validation_names_the_field(field, value):
     with pytest.raises(trk.TrackingSpecError, match=rf"TrackingSpec\.{field} must be"):
         trk.TrackingSpec(**{"split": "train", "num_sequences": 1, "num_frames": 4,
-                            field: value})
+                            "scene_group": 2, field: value})
+    with pytest.raises(trk.TrackingSpecError, match=r"scene_path .* needs scene_group in "
+                                                    r"\[2, 64\], got 1"):
+        trk.TrackingSpec("train", 2, 4, scene_path=True)
 
 
 def test_spec_identity_and_list_fields():
@@ -328,6 +332,32 @@ def test_scene_groups_share_the_scene_and_not_the_target():
     assert ident["scene_group"] == 2 and ident != trk.spec_identity(
         dataclasses.replace(spec, scene_group=1))
     assert "scene_group" not in trk.spec_identity(dataclasses.replace(spec, scene_group=1))
+
+
+def test_scene_path_moves_a_groups_targets_together():
+    spec = trk.TrackingSpec("train", 6, 40, height=72, width=96, scene_group=3,
+                            jump_prob=0.1, out_of_view_rate=0.05)
+    together = dataclasses.replace(spec, scene_path=True)
+    apart = [trk.plan_sequence(spec, i) for i in range(6)]
+    plans = [trk.plan_sequence(together, i) for i in range(6)]
+    for i in range(6):
+        first = plans[i - i % 3]
+        # the group's first path, to the bit, and the events that shaped it
+        np.testing.assert_array_equal(plans[i].target.poses[:, :2], first.target.poses[:, :2])
+        for key in ("jumps", "out_of_view"):
+            assert plans[i].meta["events"][key] == first.meta["events"][key]
+        # everything else as without the shared path: own target, scene of the group
+        np.testing.assert_array_equal(plans[i].target.poses[:, 2:], apart[i].target.poses[:, 2:])
+        assert plans[i].target.texture == apart[i].target.texture
+        assert plans[i].target.shape.kind == apart[i].target.shape.kind
+        np.testing.assert_array_equal(plans[i].camera, apart[i].camera)
+    for i in (0, 3):  # a group's first sequence is the one without the shared path
+        np.testing.assert_array_equal(plans[i].target.poses, apart[i].target.poses)
+        assert plans[i].meta == apart[i].meta
+    assert not np.allclose(plans[1].target.poses[:, :2], apart[1].target.poses[:, :2])
+    assert not np.allclose(plans[0].target.poses[:, :2], plans[3].target.poses[:, :2])
+    assert trk.spec_identity(together)["scene_path"] is True
+    assert "scene_path" not in trk.spec_identity(spec)
 
 
 def test_scene_ids_read_the_group_from_the_name():

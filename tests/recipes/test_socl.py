@@ -191,6 +191,9 @@ def test_budget_subset_spends_whole_sequences_in_one_order():
     ("--config.scene_group=0", r"--config.scene_group must be an integer in \[1, 64\], "
                                r"got 0"),
     ("--config.scene_group=65", "--config.scene_group"),
+    ("--config.scene_path=True", r"--config.scene_path moves a scene group's targets "
+                                 r"together: it needs --config.scene_group in \[2, 64\], "
+                                 r"got 1"),
     ("--config.region_fields=-1", r"--config.region_fields must be a number in \[0.0, "
                                   r"16.0\]"),
     ("--config.region_fields=12", r"--config.region_fields=12 needs a 1047 px region for "

@@ -222,6 +222,11 @@ def test_scene_groups_reach_the_training_split_and_the_socl_batches(monkeypatch,
     cfg = tiny("table1", "--config.scene_group=2")
     specs = generated_specs(cfg, Ctx)
     assert specs["train"].scene_group == 2 and specs["test"].scene_group == 1
+    assert not specs["train"].scene_path
+    specs = generated_specs(tiny("table1", "--config.scene_group=2",
+                                 "--config.scene_path=True"), Ctx)
+    assert specs["train"].scene_path and not specs["test"].scene_path
+    assert specs["test"].scene_group == 1
     assert generated_specs(tiny("table1"), Ctx)["train"].scene_group == 1
     with pytest.raises(ConfigError, match="--config.scene_group groups the generated "
                                           "training split's sequences: it needs "

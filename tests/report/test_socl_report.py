@@ -12,13 +12,14 @@ CONFIG = (Path(__file__).parents[2] / "experiments" / "tracking"
           / "socl_table1_ablation.py")
 
 
-@pytest.mark.parametrize("train_data, name, groups", [("generated", "generated", 1),
-                                                      ("generated", "generated", 2),
-                                                      ("got10k", "GOT-10k", 1)])
-def test_the_title_names_the_training_data(tmp_path, train_data, name, groups):
+@pytest.mark.parametrize("train_data, name, groups, path", [
+    ("generated", "generated", 1, False), ("generated", "generated", 2, False),
+    ("generated", "generated", 2, True), ("got10k", "GOT-10k", 1, False)])
+def test_the_title_names_the_training_data(tmp_path, train_data, name, groups, path):
     cfg = load_config(f"{CONFIG}:tiny", [f"--config.train_data={train_data}",
                                          f"--config.got10k_root={tmp_path}",
-                                         f"--config.scene_group={groups}"])
+                                         f"--config.scene_group={groups}",
+                                         f"--config.scene_path={path}"])
     arms = recipe.arms_of(cfg)
     row = {**{k: 0.5 for k, _ in METRICS}, "fps": 10.0, "sequence_auc": [0.5, 0.5]}
     rows = {a.label: [{"seed": s, **row} for s in cfg.seeds] for a in arms}
@@ -28,7 +29,8 @@ def test_the_title_names_the_training_data(tmp_path, train_data, name, groups):
                          tops={}, train=["s1", "s2", "s3"], budget=None)
     title = report.markdown.splitlines()[0]
     assert f"3 {name} training sequences" in title, title
-    assert title.endswith("in scene groups of 2") == (groups == 2), title
+    assert title.endswith("in scene groups of 2" + " (targets on one path)" * path) == (
+        groups == 2), title
     if train_data == "got10k":
         assert "generated" not in title
 
