@@ -28,7 +28,10 @@ contrastive learner whose negatives are other videos can tell a group's videos a
 their targets only (`ebm_jax.data.socl_pairs.context_batches` puts whole groups in a
 batch). With `TrackingSpec.scene_path` the group's targets also move together (each on
 the centre path of the group's first target, with its own shape, size and texture), so
-the background around the target is shared as well.
+the background around the target is shared as well. meta.json's jumps and out-of-view
+stretches are then the first target's; a larger target can stay partly in view during
+such a stretch, and its labels (visible_ratio.txt, absence.label) say so, as they come
+from the rendered frame.
 
 Layout of a split directory (one per spec):
 
