@@ -139,7 +139,8 @@ def _rng(spec: TrackingSpec, index: int, purpose: str) -> np.random.Generator:
 
 def _plan_target(spec: TrackingSpec, index: int, textures, scene, events):
     """Sequence `index`'s target texture (one scene's sequences differ in their target:
-    with scene groups the texture is drawn per sequence) and `plan_target`."""
+    with scene groups the texture is drawn per sequence, and `scene`, the scene's
+    generator, is used only without them) and `plan_target`."""
     pick = scene if spec.scene_group == 1 else _rng(spec, index, "texture")
     texture = textures[pick.integers(len(textures))]
     return texture, plan_target(_rng(spec, index, "target"), _rng(spec, index, "motion"),
@@ -169,7 +170,7 @@ def plan_sequence(spec: TrackingSpec, index: int) -> SequencePlan:
         # the group's targets move together: the first sequence's centres, jumps and
         # out-of-view stretches; this target's own shape, size, pose and appearance
         path = {"jumps": [], "out_of_view": []}
-        _, first = _plan_target(spec, leader, textures, _rng(spec, leader, "scene"), path)
+        _, first = _plan_target(spec, leader, textures, None, path)  # groups: no scene draw
         poses = target.poses.copy()
         poses[:, :2] = first.poses[:, :2]
         target = dataclasses.replace(target, poses=poses)
