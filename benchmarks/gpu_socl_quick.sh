@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SoCL's quick stages on one GPU, one seed, with their timings: Table 1's ablation from
+# the MoCo start with the settings chosen on validation (backbone lr x0.1, TOP
+# temperature 1, eq. 10 as printed) on the grouped data (160 videos in scene groups of 4
+# whose targets move together), first at the 159 px context region, then at two
+# receptive fields of ResNet-18 (455 px, `--config.region_fields=2`; the data and the
+# MoCo start are shared through the work directory). Each run stops at its time limit;
+# each line of its log carries the seconds since the run started, and the stage lines
+# hold the training times ("stage ...: N steps, S s of training").
+#
+#     bash benchmarks/gpu_socl_quick.sh OUT_DIR [SECONDS_159] [SECONDS_455]
+#
+# OUT_DIR receives, per region, the run's log and (when it finished) its results.json
+# and results.md. Run it from the repository root with the package importable.
+set -u
+out=${1:?usage: gpu_socl_quick.sh OUT_DIR [SECONDS_159] [SECONDS_455]}
+limit_159=${2:-300}
+limit_455=${3:-200}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common=(--config.init=moco --config.backbone=resnet18 --config.seeds=0
+        --config.backbone_lr_scale=0.1 --config.num_train_sequences=160
+        --config.annotate_every=8 --config.diagnostic_pairs=256
+        --config.scene_group=4 --config.scene_path=true --no-progress)
+
+"$python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+nvidia-smi -L 2>/dev/null || true
+echo "CPU cores: $(nproc)"
+
+for run in "159 $limit_159 0" "455 $limit_455 2"; do
+    set -- $run
+    log="$out/table1_$1.log"
+    start=$(date +%s)
+    # each line of the log stamped with the seconds since the run started
+    PYTHONUNBUFFERED=1 timeout "$2" "$python" -m ebm_jax.cli run \
+        experiments/tracking/socl_table1_ablation.py:quick --workdir "$work/runs" \
+        --out "$work/out_$1" "${common[@]}" --config.region_fields="$3" 2>&1 |
+        while IFS= read -r line; do
+            printf '%5d s  %s\n' "$(( $(date +%s) - start ))" "$line"
+        done > "$log"
+    rc=${PIPESTATUS[0]}
+    echo "rc $rc after $(( $(date +%s) - start )) s (limit $2 s)" >> "$log"
+    tail -n 3 "$log"
+    for f in results.json results.md; do
+        [ -f "$work/out_$1/$f" ] && cp "$work/out_$1/$f" "$out/table1_$1_$f"
+    done
+done
+exit 0
