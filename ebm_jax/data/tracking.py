@@ -83,6 +83,7 @@ from ebm_jax.data.tracking_render import (PHOTO_POOLS, SequencePlan, background_
 from ebm_jax.data.tracking_spec import SPLIT_IDS, TrackingSpec, TrackingSpecError
 
 __all__ = ["MIN_FIRST_SIDE", "PHOTO_POOLS", "TrackingSpec", "TrackingSpecError", "VERSION",
+           "default_workers",
            "generate_tracking_split", "plan_sequence", "scene_ids", "scene_of",
            "sequence_name", "spec_identity", "write_jpeg_frame"]
 
@@ -250,7 +251,9 @@ def _write_one(tmp: str, name: str, spec: TrackingSpec, index: int) -> None:
     _write_sequence(Path(tmp) / name, plan_sequence(spec, index), spec, index)
 
 
-def _default_workers() -> int:
+def default_workers() -> int:
+    """Worker processes of the host-side work that runs per sequence (writing a split,
+    TOP maps): the CPUs this process may use, at most 8."""
     from ebm_jax.data.pipeline import usable_cpus
 
     return min(8, usable_cpus())
@@ -269,7 +272,7 @@ def generate_tracking_split(dest, spec: TrackingSpec, *, progress: bool = True,
 
     if not isinstance(spec, TrackingSpec):
         raise TypeError(f"spec must be a TrackingSpec, got {type(spec).__name__}")
-    workers = _default_workers() if workers is None else workers
+    workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     dest = Path(dest).expanduser()

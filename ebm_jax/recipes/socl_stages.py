@@ -70,54 +70,109 @@ def annotated_frames(seq, kind: str, every: int) -> np.ndarray:
 TOP_SETTINGS = TopMapSettings()
 
 
+SERIAL_BELOW = 64  # frames: fewer are computed in this process (about 10 s on one CPU)
+
+
+def _top_of_frames(images, points, seeds, settings) -> tuple:
+    """(boxes (F, keep, 4), scores (F, keep), seconds (F,)) of `top_boxes` on each of
+    `images` at its point and seed, NaN-padded past the kept boxes; the seconds are each
+    frame's own. Arrays in, arrays out: one task of `top_cache`'s worker processes."""
+    from ebm_jax.tracking.top_maps import top_boxes
+
+    keep = settings.keep
+    boxes = np.full((len(images), keep, 4), np.nan, np.float32)
+    scores = np.full((len(images), keep), np.nan, np.float32)
+    seconds = np.zeros(len(images), np.float64)
+    for r, (image, point, seed) in enumerate(zip(images, points, seeds)):
+        start = time.perf_counter()
+        b, sc = top_boxes(image, point, settings, seed=seed)
+        seconds[r] = time.perf_counter() - start
+        boxes[r, :len(b)], scores[r, :len(sc)] = b, sc
+    return boxes, scores, seconds
+
+
 def top_cache(ctx, sequences, data_identity, kind: str, every: int, *,
-              name: str = "top") -> dict:
+              name: str = "top", workers: int | None = None) -> dict:
     """{sequence index: {"frames", "boxes", "scores", "seconds"}}: the TOP proposals of
     every annotated frame (every `every`-th with a usable `kind` point), computed once
     (`top_boxes`, sec. 3.1) with a progress bar, one file per sequence in an
-    `ItemCache` (resumes; `--restart` computes them again) named `<name>-<kind>-<hash>`."""
+    `ItemCache` (resumes; `--restart` computes them again) named `<name>-<kind>-<hash>`.
+
+    `workers` processes (default: the CPUs this process may use, at most 8, as the data
+    generation; one process below `SERIAL_BELOW` frames to compute, which would not pay
+    for the workers' start) compute the sequences in parallel, a sequence a task. Each
+    frame's proposals depend on its own seed alone, so the cache is the same for any
+    number of workers; "seconds" is each frame's own time in its process (one process
+    per CPU at most)."""
     from tqdm.auto import tqdm
 
-    from ebm_jax.tracking.top_maps import top_boxes
+    from ebm_jax.data.tracking import default_workers
 
+    workers = default_workers() if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     settings = TOP_SETTINGS
     identity = {"data": data_identity, "points": kind, "every": every,
                 "settings": dataclasses.asdict(settings)}
     cache = ItemCache(ctx, ctx.stage_dir(f"{name}-{kind}", identity), identity,
                       what="TOP cache")
     plan = [(i, seq, annotated_frames(seq, kind, every)) for i, seq in enumerate(sequences)]
-    out = {}
-    total = sum(len(f) for _, _, f in plan)
-    bar = tqdm(total=total, desc=f"TOP maps ({kind} points)", unit="frame",
-               disable=not ctx.progress, leave=False)
+    out, todo = {}, []
+    bar = tqdm(total=sum(len(f) for _, _, f in plan), desc=f"TOP maps ({kind} points)",
+               unit="frame", disable=not ctx.progress, leave=False)
     for i, seq, frames in plan:
-        name = f"{seq.name}.npz"
-        rec = cache.load(name, functools.partial(_read_top, frames=frames,
-                                                 keep=settings.keep))
+        rec = cache.load(f"{seq.name}.npz", functools.partial(
+            _read_top, frames=frames, keep=settings.keep))
         if rec is not None:
             out[i] = rec
             bar.update(len(frames))
-            continue
+        else:
+            todo.append((i, seq, frames))
+
+    def task(seq, frames):
+        """The arguments of `_top_of_frames` for one sequence: its frames read here."""
         pts = point_annotations(seq, kind)
-        keep = settings.keep
-        boxes = np.full((len(frames), keep, 4), np.nan, np.float32)
-        scores = np.full((len(frames), keep), np.nan, np.float32)
-        seconds = np.zeros(len(frames), np.float64)
-        for r, t in enumerate(frames):
-            frame = seq.read_frame(int(t))
-            start = time.perf_counter()
-            # points and boxes are 1-indexed here as in top_maps (points.txt's convention)
-            b, s = top_boxes(frame, pts[t], settings,
-                             seed=ctx.seed_of(f"top-{kind}", f"{seq.name}/{int(t)}"))
-            seconds[r] = time.perf_counter() - start
-            boxes[r, :len(b)], scores[r, :len(s)] = b, s
-            bar.update(1)
+        # points are 1-indexed here as in top_maps (points.txt's convention)
+        return ([seq.read_frame(int(t)) for t in frames], [pts[t] for t in frames],
+                [ctx.seed_of(f"top-{kind}", f"{seq.name}/{int(t)}") for t in frames],
+                settings)
+
+    def keep(i, seq, frames, result):
+        boxes, scores, seconds = result
         out[i] = {"frames": frames, "boxes": boxes, "scores": scores, "seconds": seconds}
         buf = io.BytesIO()
         np.savez_compressed(buf, **out[i])
-        cache.save(name, buf.getvalue())
+        cache.save(f"{seq.name}.npz", buf.getvalue())
+        bar.update(len(frames))
+
+    frames_to_compute = sum(len(f) for _, _, f in todo)
+    if workers == 1 or len(todo) < 2 or frames_to_compute < SERIAL_BELOW:
+        for i, seq, frames in todo:
+            keep(i, seq, frames, _top_of_frames(*task(seq, frames)))
+    else:  # spawned workers: the caller holds threads (JAX) that fork would copy
+        import collections
+        import concurrent.futures
+        import multiprocessing
+
+        workers = min(workers, len(todo))
+        with concurrent.futures.ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            running = collections.deque()  # in order; at most 2 per worker hold frames
+            try:
+                for i, seq, frames in todo:
+                    running.append((i, seq, frames,
+                                    pool.submit(_top_of_frames, *task(seq, frames))))
+                    while len(running) > 2 * workers:
+                        *head, job = running.popleft()
+                        keep(*head, job.result())
+                while running:
+                    *head, job = running.popleft()
+                    keep(*head, job.result())
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
     bar.close()
-    return out
+    return {i: out[i] for i in sorted(out)}
 
 
 def _read_top(path, frames: np.ndarray, keep: int) -> dict | None:

@@ -177,3 +177,32 @@ def test_pseudo_boxes_resumed_from_the_cache_equal_fresh_ones(tmp_path, monkeypa
         for k in ("boxes", "failed", "keyed", "seconds"):
             np.testing.assert_array_equal(resumed[i][k], fresh[i][k])
             assert np.asarray(resumed[i][k]).dtype == np.asarray(fresh[i][k]).dtype
+
+
+def test_the_top_cache_is_the_same_from_worker_processes(tmp_path, monkeypatch):
+    """Four sequences in two spawned workers (the frames' floor for them lowered) give
+    the cache one process gives, file for file; a third run reads it all back."""
+    monkeypatch.setattr(socl_stages, "SERIAL_BELOW", 1)
+    seqs = small_sequences(tmp_path / "data", n=2, names=("a", "b", "c", "d"))
+
+    def ctx(name):
+        return RunContext(tmp_path / name, lock=False, progress=False, log=lambda _: None)
+
+    one = socl_stages.top_cache(ctx("w1"), seqs, {"d": 1}, "clean", 1, workers=1)
+    two = socl_stages.top_cache(ctx("w2"), seqs, {"d": 1}, "clean", 1, workers=2)
+    assert list(one) == list(two) == [0, 1, 2, 3]
+    for i in one:
+        for key in ("frames", "boxes", "scores"):
+            np.testing.assert_array_equal(two[i][key], one[i][key])
+        assert np.all(np.isfinite(one[i]["boxes"][:, 0])) and np.all(two[i]["seconds"] > 0)
+    back = socl_stages.top_cache(ctx("w2"), seqs, {"d": 1}, "clean", 1, workers=2)
+    for i in one:
+        np.testing.assert_array_equal(back[i]["seconds"], two[i]["seconds"])
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_the_top_cache_names_a_bad_worker_count(tmp_path, workers):
+    seqs = small_sequences(tmp_path / "data")
+    ctx = RunContext(tmp_path / "w", lock=False, progress=False, log=lambda _: None)
+    with pytest.raises(ValueError, match=r"workers must be an integer >= 1"):
+        socl_stages.top_cache(ctx, seqs, {"d": 1}, "clean", 1, workers=workers)
