@@ -101,7 +101,7 @@ def top_cache(ctx, sequences, data_identity, kind: str, every: int, *,
     `workers` processes (default: the CPUs this process may use, at most 8, as the data
     generation; one process below `SERIAL_BELOW` frames to compute, which would not pay
     for the workers' start) compute the sequences in parallel, a sequence a task. Each
-    frame's proposals depend on its own seed alone, so the cache is the same for any
+    frame's proposals depend on its own seed alone, so they are the same for any
     number of workers; "seconds" is each frame's own time in its process (one process
     per CPU at most)."""
     from tqdm.auto import tqdm

@@ -181,7 +181,7 @@ def test_pseudo_boxes_resumed_from_the_cache_equal_fresh_ones(tmp_path, monkeypa
 
 def test_the_top_cache_is_the_same_from_worker_processes(tmp_path, monkeypatch):
     """Four sequences in two spawned workers (the frames' floor for them lowered) give
-    the cache one process gives, file for file; a third run reads it all back."""
+    the proposals and scores one process gives; a third run reads it all back."""
     monkeypatch.setattr(socl_stages, "SERIAL_BELOW", 1)
     seqs = small_sequences(tmp_path / "data", n=2, names=("a", "b", "c", "d"))
 
