@@ -81,6 +81,26 @@ def test_grid_softmax_matches_direct_transcription():
     np.testing.assert_allclose(tm.grid_softmax(divisible, (3, 2)), expected, rtol=1e-6)
 
 
+def test_grid_softmax_of_whole_pixel_cells_takes_no_matrix_product(monkeypatch):
+    """Cells of whole pixels (the training regions' windows) are averaged by a reshape,
+    not by the area weights' matrix products (BLAS calls that wait on each other across
+    reader threads), and agree with the direct transcription; cells that split pixels
+    still take the weights."""
+    rng = np.random.default_rng(4)
+    values = rng.uniform(0, 3, (24, 18))
+    expected = direct_grid_softmax(values, (6, 3), 0.7)
+
+    def no_weights(*args):
+        raise AssertionError("the area weights were built for cells of whole pixels")
+
+    monkeypatch.setattr(tm, "_cell_weights", no_weights)
+    got = tm.grid_softmax(values, (6, 3), temperature=0.7)
+    # means of 12 float64 values, then one float32 rounding of each probability
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    with np.testing.assert_raises(AssertionError):
+        tm.grid_softmax(values, (5, 3))
+
+
 def test_grid_softmax_peaks_at_the_cell_of_the_peak():
     values = np.zeros((40, 60))
     values[27:30, 44:47] = 50.0  # cell (2, 4) of a 4 x 6 grid of 10 px cells
