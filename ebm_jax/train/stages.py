@@ -76,9 +76,11 @@ class RunContext:
         self._restarted: set[str] = set()
         self.current: tuple[str, Any] | None = None  # (stage name, stage dir) in training
         # [the stage directories TrainStage.run has entered (finished ones included;
-        # a stage entered again, as an arm reusing it, counts once), the run's start,
-        # those of them that were finished before this run (loaded, not trained)]:
-        # one list, shared by the copies `with_seed` makes
+        # a stage entered again, as an arm reusing it, counts once), the start of the
+        # pace (the run's start, then the entry of its first stage to train, so that
+        # the one-off work before it, data and proposals, does not count), those of
+        # them that were finished before this run (loaded, not trained)]: one list,
+        # shared by the copies `with_seed` makes
         self._stages = [set(), time.monotonic(), set()]
 
     @property
@@ -88,10 +90,14 @@ class RunContext:
     def enter_stage(self, stage_dir, finished: bool = False) -> None:
         """Counts `stage_dir` as one of the run's stages (once, however often it is
         entered); `finished`: it was finished before this run, so it is loaded, and
-        its time says nothing of the pace."""
+        its time says nothing of the pace. The first stage entered to train starts the
+        pace's clock."""
+        first = not finished and not (self._stages[0] - self._stages[2])
         self._stages[0].add(str(stage_dir))
         if finished:
             self._stages[2].add(str(stage_dir))
+        elif first:
+            self._stages[1] = time.monotonic()
 
     def stage_place(self) -> str:
         """The current stage's place in the run: "stage i of n" where the recipe
@@ -105,10 +111,11 @@ class RunContext:
         return f"{self.stage_place()} ({name})"
 
     def eta(self) -> str:
-        """The run's remaining time at its pace so far (the seconds per stage trained
-        in this run x the stages left; a resumed run's finished stages, loaded in a
-        moment, do not count as trained), or "" where the stages were not counted or
-        none was trained yet."""
+        """The run's remaining time at its pace so far (the seconds since its first
+        trained stage began, per stage trained in this run, x the stages left; a resumed
+        run's finished stages, loaded in a moment, do not count as trained, nor does the
+        work before the first stage), or "" where the stages were not counted or none
+        was trained yet."""
         n, done = self.planned_stages, self.stages_started
         trained = len(self._stages[0] - self._stages[2])
         if n is None or trained < 1 or done >= n:

@@ -368,6 +368,23 @@ def test_a_resumed_runs_eta_counts_only_the_stages_it_trains(tmp_path, monkeypat
     assert ctx.eta() == "; the other 2 stage(s): about 20 min at this pace"
 
 
+def test_the_work_before_the_first_stage_is_not_part_of_the_pace(tmp_path, monkeypatch):
+    """Data and proposals made once before the first stage (23 min of TOP maps before
+    a 4 min MoCo stage) do not make every later stage look 23 min longer."""
+    from ebm_jax.train import stages
+
+    clock = [0.0]
+    monkeypatch.setattr(stages.time, "monotonic", lambda: clock[0])
+    ctx = RunContext(tmp_path / "w", planned_stages=3, lock=False)
+    clock[0] += 1380.0  # the run's preparation
+    ctx.enter_stage("w/a")
+    clock[0] += 240.0  # the first stage: 4 min, so the two left take about 8 min
+    assert ctx.eta() == "; the other 2 stage(s): about 8 min at this pace"
+    ctx.with_seed(1).enter_stage("w/b")  # a second stage does not restart the clock
+    clock[0] += 240.0
+    assert ctx.eta() == "; the other 1 stage(s): about 4 min at this pace"
+
+
 def test_a_finished_stage_run_again_is_loaded_and_gives_no_pace(toy, tmp_path,
                                                                   monkeypatch):
     monkeypatch.setattr(toy, "count_stages", lambda cfg: 3, raising=False)
