@@ -2,6 +2,7 @@
 
     ebm-jax list                                                   # every config and variant
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick   # Table 1, quick
+    ebm-jax run socl_table1_ablation:tiny                          # a shipped config by name
     ebm-jax run experiments/ebm_regression/table1_toy1d.py:paper --config.methods=nce,nce+
     ebm-jax plot-metrics runs/regression1d                         # loss curves to PNG
     ebm-jax compare results/a/results.json moco results/b/results.json instdisc
@@ -28,6 +29,19 @@ from ebm_jax.recipes.records_command import add_records_parser
 PROG = "ebm-jax"
 
 
+def _version_text() -> str:
+    """`ebm-jax 0.1.0 (commit abc123456789, modified)` from a clone, the version
+    alone from an installed wheel."""
+    from ebm_jax import __version__
+    from ebm_jax.report.provenance import git_state
+
+    git = git_state()
+    if git is None:
+        return f"{PROG} {__version__}"
+    return f"{PROG} {__version__} (commit {git['commit'][:12]}" + (
+        ", modified)" if git["dirty"] else ")")
+
+
 def _positive_int(name):
     def parse(text):
         try:
@@ -46,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 2)[2])
+    parser.add_argument("--version", action="version", version=_version_text())
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run an experiment config",
@@ -92,7 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "benchmarks/wall_times.py). A config file is Python, executed when "
                        "loaded: `list` imports every .py file it finds, so read a config from elsewhere "
                        "before listing or running it.")
-    p.add_argument("--root", default="experiments", help="folder of config files")
+    p.add_argument("--root", default=None, help="folder of config files (default "
+                   "./experiments where it exists, else the configs shipped with the "
+                   "package)")
     p.set_defaults(func=_list)
 
     p = sub.add_parser("plot-metrics", help="draw the loss curves of a run to PNG")
@@ -171,6 +188,7 @@ def _run(args, overrides) -> int:
     from ebm_jax.config import load_config, split_spec
     from ebm_jax.recipes import run_experiment
     from ebm_jax.recipes.runner import default_workdir
+    from ebm_jax.report.provenance import config_source
     from ebm_jax.train.compilation import cache_dir, persistent_cache
 
     cfg = load_config(args.config, overrides)
@@ -186,7 +204,8 @@ def _run(args, overrides) -> int:
     with persistent_cache(cache):
         report = run_experiment(cfg, workdir=args.workdir, out=out, devices=args.devices,
                                 distributed=args.distributed, restart=args.restart,
-                                progress=not args.no_progress, command=command)
+                                progress=not args.no_progress, command=command,
+                                source=config_source(path, variant, overrides))
     import jax
 
     if jax.process_index() == 0:  # one report for a multi-process run
@@ -216,18 +235,20 @@ def _show(args, overrides) -> int:
 def _list(args, overrides) -> int:
     from pathlib import Path
 
-    from ebm_jax.config import describe, find_configs, wall_time_text, wall_times
+    from ebm_jax.config import (describe, find_configs, shipped_root, wall_time_text,
+                                wall_times)
 
-    paths = find_configs(args.root)
+    root = args.root or ("experiments" if Path("experiments").is_dir() else shipped_root())
+    paths = find_configs(root)
     if not paths:
-        raise ValueError(f"no config files under {args.root} (run from the repository "
+        raise ValueError(f"no config files under {root} (run from the repository "
                          "root, or give --root)")
-    measured = wall_times(args.root)
+    measured = wall_times(root)
     width = max(len(str(p)) for p in paths)
     for p in paths:
         purpose, variants = describe(p)
         print(f"{str(p):<{width}}  [{', '.join(variants)}]  {purpose}")
-        times = measured.get(str(Path(p).relative_to(args.root)), {})
+        times = measured.get(Path(p).relative_to(root).as_posix(), {})
         print(" " * (width + 2) + "wall time: " + "; ".join(
             f"{v} {wall_time_text(times[v])}" if times.get(v) else f"{v} not measured"
             for v in variants))

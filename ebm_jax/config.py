@@ -22,6 +22,8 @@ import typing
 from pathlib import Path
 
 CONFIG_ROOT = "experiments"
+SHORT_NAME_HELP = ("a config file path/to/file.py, or the name of a shipped config "
+                   "(socl_table1_ablation, tracking/socl_table1_ablation.py; `ebm-jax list`)")
 SEED_RANGE = (0, 2**31 - 1)  # every seed a run or a dataset takes (int32, non-negative)
 
 
@@ -30,19 +32,96 @@ class ConfigError(ValueError):
 
 
 def split_spec(spec: str) -> tuple[Path, str | None]:
-    """"path/to/file.py[:variant]" -> (path, variant or None)."""
-    path, sep, variant = str(spec).rpartition(":")
-    if not sep or not path.endswith(".py"):
-        return Path(spec), None
-    return Path(path), variant
+    """"path/to/file.py[:variant]" -> (path, variant or None). A short name
+    ("socl_table1_ablation[:variant]", "tracking/socl_table1_ablation.py") that is not
+    a file here is the shipped config of that name (`shipped_root`)."""
+    text = str(spec)
+    path, sep, variant = text.rpartition(":")
+    if not sep or not (path.endswith(".py") or _is_name(path)):
+        path, variant = text, None
+    return resolve_config_path(path), variant
+
+
+def _is_name(text: str) -> bool:
+    """A short config name: letters, digits, `_`, `-` and `/`, no suffix."""
+    return bool(text) and all(c.isalnum() or c in "_-/" for c in text)
+
+
+def shipped_root() -> Path:
+    """The config files that ship with the package: `ebm_jax/experiments` (in a clone,
+    a link to the repository's `experiments/`)."""
+    return Path(__file__).resolve().parent / "experiments"
+
+
+def resolve_config_path(text: str | Path) -> Path:
+    """The config file that `text` names: an existing path as given; else a short name
+    of a shipped config, with or without its folder and `.py`. Anything else is
+    returned unchanged (`load_module` then says it does not exist)."""
+    path = Path(text)
+    if path.is_file() or path.is_absolute():
+        return path
+    name = str(text) if str(text).endswith(".py") else f"{text}.py"
+    root = shipped_root()
+    if not root.is_dir() or ".." in Path(name).parts:
+        return path
+    direct = root / name
+    if direct.is_file():
+        return direct
+    if "/" not in name:
+        found = sorted(root.rglob(name))
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise ConfigError(f"config name {text!r} is ambiguous: "
+                              f"{', '.join(config_name(p) for p in found)}")
+    return path
+
+
+def config_name(path: str | Path) -> str:
+    """A config file's name under the shipped root ("tracking/socl_table6.py"), the
+    same however the path is spelled; a file elsewhere keeps its path."""
+    path = Path(path)
+    try:
+        return path.resolve().relative_to(shipped_root().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def config_identity(cfg) -> str:
+    """The identity of a resolved config: 16 hex digits of the hash of all its fields
+    (`ebm_jax.io.content_hash` of `dataclasses.asdict`). Two runs with one identity
+    ran the same settings, whatever file, variant or overrides produced them."""
+    from ebm_jax.io import content_hash
+
+    return content_hash(dataclasses.asdict(cfg))
+
+
+def config_changes(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """The dotted names of the fields whose values differ between two configs as
+    dicts (`dataclasses.asdict`, or read back from JSON): changed, added or removed."""
+    from ebm_jax.io import json_normalised
+
+    old, new = json_normalised(old), json_normalised(new)
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, _MISSING), new.get(key, _MISSING)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += config_changes(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+_MISSING = object()
 
 
 def load_module(path: str | Path) -> types.ModuleType:
     """Imports a config file by path (it need not be on sys.path)."""
     path = Path(path)
     if path.suffix != ".py":
-        raise ConfigError(f"CONFIG must be a .py file (path/to/file.py[:variant]), "
-                          f"got {str(path)!r}")
+        raise ConfigError(f"CONFIG must be a .py file (path/to/file.py[:variant]) or "
+                          "the name of a shipped config (`ebm-jax list`), got "
+                          f"{str(path)!r}, which is neither")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist (see `ebm-jax list`)")
     name = "ebm_jax_config_" + "_".join(path.resolve().with_suffix("").parts[-3:])
@@ -101,8 +180,23 @@ def load_config(spec: str, overrides: typing.Sequence[str] = ()):
     "field=value" overrides. Returns the config dataclass."""
     path, variant = split_spec(spec)
     module = load_module(path)
-    cfg = get_variant(module, variant, path)
-    return apply_overrides(cfg, overrides)
+    cfg = apply_overrides(get_variant(module, variant, path), overrides)
+    source = {"file": config_name(path), "variant": variant or tuple(module.VARIANTS)[0],
+              "overrides": [str(o).removeprefix("--config.") for o in overrides]}
+    try:  # where it came from, for the provenance of its results (not a field)
+        object.__setattr__(cfg, SOURCE_ATTR, source)
+    except (AttributeError, TypeError):  # a dataclass with __slots__
+        pass
+    return cfg
+
+
+SOURCE_ATTR = "_ebm_jax_source"
+
+
+def config_source_of(cfg) -> dict | None:
+    """{"file", "variant", "overrides"} of a config made by `load_config` (None for one
+    built otherwise, or changed since by `dataclasses.replace`)."""
+    return getattr(cfg, SOURCE_ATTR, None)
 
 
 # --------------------------------------------------------------------------- overrides

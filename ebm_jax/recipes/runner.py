@@ -60,12 +60,16 @@ def default_workdir(cfg) -> str:
 def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                    distributed: bool = False, restart: bool = False,
                    progress: bool = True, command: str | None = None,
-                   log=print) -> Report:
-    """Runs `cfg` through its recipe; writes `<out>/results.*` when `out` is given."""
+                   source: dict | None = None, log=print) -> Report:
+    """Runs `cfg` through its recipe; writes `<out>/results.*` when `out` is given.
+
+    `source` is where `cfg` came from (`ebm_jax.report.provenance.config_source`: the
+    config file, variant and overrides), recorded in the results' provenance with the
+    code's version and commit, the resolved config's identity and the machine."""
     from ebm_jax.checks import disjoint_dirs, path_fits, writable_dir
     from ebm_jax.io import is_local
     from ebm_jax.train import initialize_distributed, make_mesh
-    from ebm_jax.train.records import versions
+    from ebm_jax.report import provenance
     from ebm_jax.train.stages import RunContext, RunLock
 
     recipe = recipe_of(cfg)
@@ -104,14 +108,20 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
             opened = recipe.check(cfg, ctx)  # what check opened (the data), or None
             report = (recipe.run(cfg, ctx) if opened is None
                       else recipe.run(cfg, ctx, opened))
+        from ebm_jax.config import config_source_of
+
+        prov = provenance.collect(cfg, source=source or config_source_of(cfg), devices=list(mesh.devices.flat),
+                                  started=started, finished=time.time())
         meta = {
             "recipe": recipe_name(cfg), "config": dataclasses.asdict(cfg),
             "command": command, "workdir": str(workdir), "seed": ctx.seed,
             "devices": [str(d) for d in mesh.devices.flat],
-            "process_count": jax.process_count(), "versions": versions(),
-            "wall_seconds": round(time.time() - started, 1),
+            "process_count": jax.process_count(), "versions": prov["versions"],
+            "wall_seconds": prov["wall_seconds"], "provenance": prov,
         }
         report.payload.setdefault("wall_seconds", meta["wall_seconds"])
+        report.markdown = report.markdown.rstrip("\n") + "\n\n" + provenance.footer(
+            prov) + "\n"
         if out is not None and writer:
             write_results(out, report, meta, log=log, expected=expected)
     return report

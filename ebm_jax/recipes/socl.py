@@ -237,10 +237,19 @@ PRESETS = {
 }
 
 
+# the "moco" variant: the quick profile from the project's MoCo-pretrained ResNet-18,
+# fine-tuned with the backbone learning rate x0.1 (the setting chosen on validation)
+MOCO_START = dict(init="moco", backbone="resnet18", backbone_lr_scale=0.1)
+
+
 def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
-           paper: dict | None = None, **fields) -> Config:
-    """The Config of preset `variant` ("quick", "tiny" or "paper") with `fields`, and
-    the fields given for that variant (`quick=`, `tiny=`, `paper=`) over them."""
+           paper: dict | None = None, moco: dict | None = None, **fields) -> Config:
+    """The Config of preset `variant` ("quick", "tiny", "paper", or "moco": quick with
+    `MOCO_START`) with `fields`, and the fields given for that variant (`quick=`,
+    `tiny=`, `paper=`, `moco=`) over them."""
+    if variant == "moco":
+        return dataclasses.replace(preset("quick", quick=quick, **fields),
+                                   **{**MOCO_START, **(moco or {})})
     return tracking.config_from_preset(Config, PRESETS, variant, fields,
                                        {"quick": quick, "tiny": tiny, "paper": paper})
 

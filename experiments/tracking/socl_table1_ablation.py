@@ -13,11 +13,15 @@ Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (50 
 batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
 (a minute or two; the tests), paper (the published net and schedule: width 1.0, batch 192 =
 96 videos; a GPU; on GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
+
+moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
+training frames; no ImageNet weights offline), fine-tuned with the backbone learning
+rate x0.1 chosen on validation (`ebm_jax.recipes.socl.MOCO_START`).
 """
 
 from ebm_jax.recipes.socl import Config, preset
 
-VARIANTS = ("quick", "tiny", "paper")
+VARIANTS = ("quick", "tiny", "paper", "moco")
 
 REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 60.9"),
              ("VOT-16 EAO", "0.215 / 0.228 / 0.231 / 0.244"))

@@ -14,11 +14,16 @@ Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (110
 batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
 (a minute or two; the tests), paper (the published net and schedule: width 1.0, batch 192 =
 96 videos; a GPU; on GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
+
+moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
+training frames; no ImageNet weights offline), fine-tuned with the backbone learning
+rate x0.1 chosen on validation (`ebm_jax.recipes.socl.MOCO_START`),
+on the training split without the scene shortcut (`scene_group=4`, `scene_path=true`).
 """
 
 from ebm_jax.recipes.socl import Config, preset
 
-VARIANTS = ("quick", "tiny", "paper")
+VARIANTS = ("quick", "tiny", "paper", "moco")
 
 REFERENCE = (("OTB-15 AUC, Box-Siam at 110/220/440/880 h", "51.7 / 54.0 / 55.2 / 57.0"),
              ("OTB-15 AUC, SoCL-Siam", "53.3 / 54.9 / 56.5 / 57.8"))
@@ -26,7 +31,7 @@ REFERENCE = (("OTB-15 AUC, Box-Siam at 110/220/440/880 h", "51.7 / 54.0 / 55.2 /
 
 def get_config(variant: str) -> Config:
     return preset(
-        variant, experiment="table2",
+        variant, moco=dict(scene_group=4, scene_path=True), experiment="table2",
         tiny=dict(num_train_sequences=12, budgets_hours=(0.012, 0.024)),
         # 110 sequences: the top budget (1.26 h, 8x the lowest as in the paper) buys about
         # 2000 points, more than 100 sequences annotate

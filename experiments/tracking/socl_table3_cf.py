@@ -21,11 +21,15 @@ sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25; three 
 2 CPU cores; shares Box-Siam and SoCL-Siam stages with the other SoCL configs), tiny
 (a minute or two; the tests), paper (the published net and schedule; a GPU; GOT-10k with
 --config.train_data=got10k --config.got10k_root=DIR).
+
+moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
+training frames; no ImageNet weights offline), fine-tuned with the backbone learning
+rate x0.1 chosen on validation (`ebm_jax.recipes.socl.MOCO_START`).
 """
 
 from ebm_jax.recipes.socl import Config, preset
 
-VARIANTS = ("quick", "tiny", "paper")
+VARIANTS = ("quick", "tiny", "paper", "moco")
 
 REFERENCE = (("Res18-CF OTB-15 DPR/AUC", "87.8 / 65.9"),
              ("SoCL-CF OTB-15 DPR/AUC", "89.7 / 67.1"))

@@ -22,11 +22,15 @@ sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25; box he
 600 steps; three seeds; 2 CPU cores; shares SoCL-Siam stages with the other SoCL
 configs), tiny (a minute or two; the tests), paper (the published net and schedule; a GPU;
 GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
+
+moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
+training frames; no ImageNet weights offline), fine-tuned with the backbone learning
+rate x0.1 chosen on validation (`ebm_jax.recipes.socl.MOCO_START`).
 """
 
 from ebm_jax.recipes.socl import BoxHeadSettings, Config, preset
 
-VARIANTS = ("quick", "tiny", "paper")
+VARIANTS = ("quick", "tiny", "paper", "moco")
 
 REFERENCE = (("TransT on every GOT-10k box (4.0K h) AO / SR0.5", "67.1 / 76.8"),
              ("SoCL-TransT on pseudo boxes, T = 10 (1.2K h)", "62.2 / 72.4"))

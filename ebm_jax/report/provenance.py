@@ -1,0 +1,143 @@
+"""Provenance: what a stored result says about how it was made.
+
+Every `results.json` carries, under `ebm_jax.provenance`:
+
+    package       the ebm_jax version, the git commit of the code and whether its
+                  tracked files were modified (null outside a clone)
+    config        the config file by its shipped name (`tracking/socl_table6.py`), the
+                  variant, every `--config.FIELD=VALUE` override, and the identity of the
+                  resolved config (`ebm_jax.config.config_identity`)
+    machine       CPU model and cores, the JAX backend and the accelerators' names
+    versions      Python, JAX, jaxlib, Flax, optax, orbax, NumPy
+    started, finished, wall_seconds
+
+and `results.md` ends with the same in one line (`footer`). The staleness test of the
+stored runs (`tests/test_stored_results.py`) compares the identity with what the config
+and variant resolve to today.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+from pathlib import Path
+
+# the footer's first words, which the stored-results tooling looks for
+FOOTER_PREFIX = "<sub>Provenance:"
+
+
+def git_state(path: str | os.PathLike | None = None) -> dict | None:
+    """{"commit": 40 hex digits, "dirty": tracked files modified} of the git clone that
+    holds `path` (default: this package's source), None where it is not in one (an
+    installed wheel) or git is missing."""
+    where = Path(path) if path is not None else Path(__file__).resolve().parents[2]
+    if not (where / ".git").exists() and path is None:
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", os.fspath(where), "rev-parse", "HEAD"],
+                                capture_output=True, text=True, timeout=20)
+        if commit.returncode != 0:
+            return None
+        status = subprocess.run(["git", "-C", os.fspath(where), "status", "--porcelain",
+                                 "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit.stdout.strip(),
+            "dirty": status.returncode != 0 or bool(status.stdout.strip())}
+
+
+def machine(devices=None) -> dict:
+    """CPU model and core count, JAX's backend and the accelerators' names."""
+    import jax
+
+    from ebm_jax.train.records import cpu_name
+
+    devices = list(devices) if devices is not None else jax.devices()
+    accel = sorted({d.device_kind for d in devices if d.platform != "cpu"})
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count()
+    return {"cpu": cpu_name(), "cpu_cores": cores, "backend": jax.default_backend(),
+            "accelerators": accel, "device_count": len(devices)}
+
+
+def machine_text(m: dict) -> str:
+    """"2 CPU cores, AMD EPYC 7B13" or "1 x NVIDIA H100 80GB HBM3"."""
+    if m.get("accelerators"):
+        return f"{m.get('device_count', 1)} x {', '.join(m['accelerators'])}"
+    return f"{m.get('cpu_cores')} CPU cores, {m.get('cpu')}"
+
+
+def config_source(path, variant: str | None, overrides=()) -> dict:
+    """The config file (its shipped name where it is one), variant and overrides."""
+    from ebm_jax.config import config_name, load_module
+
+    if variant is None:
+        variant = tuple(load_module(path).VARIANTS)[0]
+    return {"file": config_name(path), "variant": variant,
+            "overrides": plain_overrides(overrides)}
+
+
+def plain_overrides(overrides) -> list[str]:
+    """Overrides as `FIELD=VALUE`, however given (`--config.FIELD=VALUE` too)."""
+    return [str(o).removeprefix("--config.") for o in overrides]
+
+
+def collect(cfg, *, source: dict | None, devices, started: float,
+            finished: float) -> dict:
+    """The provenance of a run of `cfg` (see the module's docstring)."""
+    from ebm_jax import __version__
+    from ebm_jax.config import config_identity
+    from ebm_jax.train.records import versions
+
+    def iso(t):
+        return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(
+            timespec="seconds")
+
+    git = git_state()
+    return {
+        "package": {"name": "ebm_jax", "version": __version__,
+                    "commit": git["commit"] if git else None,
+                    "dirty": git["dirty"] if git else None},
+        "config": {**(source or {"file": None, "variant": None, "overrides": []}),
+                   "class": f"{type(cfg).__module__}.{type(cfg).__name__}",
+                   "identity": config_identity(cfg)},
+        "machine": machine(devices),
+        "versions": versions(),
+        "started": iso(started), "finished": iso(finished),
+        "wall_seconds": round(finished - started, 1),
+    }
+
+
+def footer(p: dict) -> str:
+    """The one-line provenance under a results.md."""
+    from ebm_jax.config import duration
+
+    pkg, cfg = p["package"], p["config"]
+    commit = (f" @ {pkg['commit'][:12]}" + (" (modified)" if pkg["dirty"] else "")
+              if pkg.get("commit") else " (no git commit)")
+    spec = (f"{cfg['file']}:{cfg['variant']}" if cfg.get("file") else "a config from Python")
+    spec += "".join(f" --config.{o}" for o in cfg.get("overrides", []))
+    v = p["versions"]
+    return (f"{FOOTER_PREFIX} ebm_jax {pkg['version']}{commit} · `{spec}` · config "
+            f"{cfg['identity']} · {machine_text(p['machine'])} · JAX {v.get('jax')}, "
+            f"Flax {v.get('flax')} · {p['finished'][:10]} · "
+            f"{duration(p['wall_seconds'])}</sub>")
+
+
+def read(results: dict, where: str) -> dict:
+    """The provenance of a results.json's contents; ValueError naming `where` when it
+    has none (a run of before provenance was recorded)."""
+    meta = results.get("ebm_jax") if isinstance(results, dict) else None
+    p = meta.get("provenance") if isinstance(meta, dict) else None
+    needed = ("package", "config", "machine", "versions", "wall_seconds")
+    if not isinstance(p, dict) or not all(k in p for k in needed) or not isinstance(
+            p["config"], dict) or not all(k in p["config"] for k in (
+                "file", "variant", "overrides", "identity")):
+        raise ValueError(f"{where}: results.json without provenance (ebm_jax.provenance "
+                         "with package, config, machine, versions); rerun it with this "
+                         "version of ebm_jax")
+    return p

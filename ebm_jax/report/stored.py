@@ -1,0 +1,320 @@
+"""Stored runs: the docs' tables are runs' own results, not copies.
+
+    docs/results/<name>/results.json   a run's results, with its provenance
+    docs/results/<name>/results.md     its tables, included into a page
+    docs/results/<name>/*.png          its figures
+
+A page includes a stored run (or one `#`-headed part of its results.md) between two
+markers, which `sync` fills in:
+
+    <!-- stored: socl_table6_noisy_points-quick -->
+    <!-- /stored -->
+    <!-- stored: table1_toy1d-quick part="Table 1: 1D regression" -->
+
+and the claim tables are generated from `docs/claims.toml` (`ebm_jax.report.claims`)
+between `<!-- claims: PAGE -->` and `<!-- /claims -->`.
+
+    python -m ebm_jax.report.stored store results/socl_table6_noisy_points/quick
+    python -m ebm_jax.report.stored sync      # rewrite the included blocks
+    python -m ebm_jax.report.stored check     # in sync and fresh? (the tests run it)
+
+`store` copies a finished run in (refusing one without provenance) and records its wall
+time, with its machine, in `experiments/wall_times.json` (`ebm-jax list` prints it).
+`check` fails when a page's block differs from what `sync` writes, or when a stored
+run's config identity differs from what its config file and variant resolve to today,
+naming the fields that changed: a changed default then means a rerun, or a named variant
+that pins the old value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from ebm_jax.report import provenance
+
+RESULTS = Path("docs") / "results"
+_BLOCK = re.compile(
+    r"(?P<open><!-- (?P<kind>stored|claims): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
+    r"(?P<close><!-- /(?P=kind) -->)", re.S)
+_PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
+
+
+class StoredError(ValueError):
+    """A stored run, page or claims file that cannot be used: one line naming it."""
+
+
+# ------------------------------------------------------------------------- reading
+
+
+def read_results(folder: Path) -> dict:
+    path = folder / "results.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StoredError(f"{path}: no such file (a stored run is a folder holding "
+                          "results.json and results.md)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoredError(f"{path}: not a results file ({e})") from None
+    try:
+        provenance.read(data, str(path))
+    except ValueError as e:  # a run of before provenance was recorded
+        raise StoredError(str(e)) from None
+    return data
+
+
+def stored_names(root: Path) -> list[str]:
+    folder = root / RESULTS
+    return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def run_command(p: dict) -> str:
+    """The one command that reproduces a stored run."""
+    cfg = p["config"]
+    file = cfg.get("file")
+    # a shipped config by its short name; a config file elsewhere by its path
+    name = (file if not file else Path(file).stem if not Path(file).is_absolute()
+            else file)
+    return " ".join([f"ebm-jax run {name or 'CONFIG'}:{cfg['variant']}",
+                     *(f"--config.{o}" for o in cfg.get("overrides", []))])
+
+
+# ------------------------------------------------------------------------- staleness
+
+
+def staleness(root: Path, name: str) -> str | None:
+    """None where stored run `name` is what its config and variant give today, else
+    why not, in one line naming its results.json and the fields that changed."""
+    import dataclasses
+
+    from ebm_jax.config import ConfigError, config_changes, config_identity, load_config
+
+    folder = root / RESULTS / name
+    data = read_results(folder)
+    where = folder / "results.json"
+    p = data["ebm_jax"]["provenance"]
+    cfg_src = p["config"]
+    if not cfg_src.get("file"):
+        return f"{where}: its run names no config file (it was run from Python)"
+    spec = f"{cfg_src['file']}:{cfg_src['variant']}"
+    try:
+        cfg = load_config(spec, cfg_src.get("overrides", []))
+    except ConfigError as e:
+        return f"{where}: its config no longer loads ({e})"
+    now = config_identity(cfg)
+    if now == cfg_src["identity"]:
+        return None
+    old = data["ebm_jax"].get("config")
+    changed = (config_changes(old, dataclasses.asdict(cfg)) if isinstance(old, dict)
+               else ["(the stored run keeps no fields to compare)"])
+    return (f"{where} is stale: {spec} now resolves to config {now}, not "
+            f"{cfg_src['identity']} (changed: {', '.join(changed[:12])}"
+            f"{' ...' if len(changed) > 12 else ''}); rerun `{run_command(p)}` and store "
+            "it, or pin the old values in a named variant")
+
+
+# ------------------------------------------------------------------------- blocks
+
+
+def _sections(markdown: str) -> list[tuple[str, int, int]]:
+    """(heading text, start, end) of every `#` heading's section of a results.md."""
+    lines = markdown.splitlines(keepends=True)
+    heads = [(i, len(m.group(1)), m.group(2).strip()) for i, ln in enumerate(lines)
+             if (m := re.match(r"(#{1,6}) (.*)", ln))]
+    out = []
+    for k, (i, level, text) in enumerate(heads):
+        end = next((j for j, lv, _ in heads[k + 1:] if lv <= level), len(lines))
+        out.append((text, sum(map(len, lines[:i])), sum(map(len, lines[:end]))))
+    return out
+
+
+def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
+    """The text a page includes for stored run `name` (its results.md without its
+    title, or the section headed `part`), its headings demoted below the page's H2,
+    its figures linked from the page, and the command that reproduces it above."""
+    folder = root / RESULTS / name
+    data = read_results(folder)
+    p = data["ebm_jax"]["provenance"]
+    try:
+        md = (folder / "results.md").read_text()
+    except OSError as e:
+        raise StoredError(f"{folder / 'results.md'}: cannot be read ({e})") from None
+    footer = next((ln for ln in md.splitlines() if ln.startswith(
+        provenance.FOOTER_PREFIX)), provenance.footer(p))
+    if part is not None:
+        found = [(s, e) for text, s, e in _sections(md) if text == part]
+        if not found:
+            heads = [t for t, _, _ in _sections(md)]
+            raise StoredError(f"{page}: stored run {name} has no part {part!r} (its "
+                              f"headings: {'; '.join(heads)})")
+        md = md[found[0][0]:found[0][1]]
+    md = "\n".join(ln for ln in md.splitlines() if not ln.startswith(
+        provenance.FOOTER_PREFIX)).strip("\n")
+    lines = md.splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    rel = Path("results") / name  # pages live in docs/, next to docs/results/
+    if page.parent.resolve() != (root / "docs").resolve():
+        import os
+
+        rel = Path(os.path.relpath(folder, page.parent))
+    out = []
+    for ln in lines:
+        if m := re.match(r"(#{1,4}) (.*)", ln):
+            ln = "#" * (len(m.group(1)) + 2) + " " + m.group(2)
+        ln = re.sub(r"\]\((?!https?:|/|#)([^)]+\.png)\)", lambda m: f"]({rel.as_posix()}/"
+                    f"{m.group(1)})", ln)
+        out.append(ln)
+    wall = p["wall_seconds"]
+    from ebm_jax.config import duration
+
+    head = (f"`{run_command(p)}` ({duration(wall)} on "
+            f"{provenance.machine_text(p['machine'])})")
+    body = "\n".join(out).strip("\n")
+    return f"{head}\n\n{body}\n\n{footer}\n"
+
+
+def render_page(root: Path, page: Path, text: str) -> str:
+    """`text` with every stored and claims block filled in."""
+    from ebm_jax.report import claims
+
+    def fill(m):
+        arg = m.group("arg").strip()
+        if m.group("kind") == "claims":
+            body = claims.table(root, arg, page)
+        else:
+            pm = _PART.match(arg)
+            if pm is None:
+                raise StoredError(f"{page}: bad marker <!-- stored: {arg} --> (expected "
+                                  '<!-- stored: NAME --> or <!-- stored: NAME part="HEADING" -->)')
+            body = stored_block(root, pm.group("name"), pm.group("part"), page)
+        return m.group("open") + body + m.group("close")
+
+    return _BLOCK.sub(fill, text)
+
+
+def pages(root: Path) -> list[Path]:
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+
+
+def sync(root: Path, check: bool = False) -> list[str]:
+    """Fills every page's blocks (or, with `check`, only says which differ)."""
+    out = []
+    for page in pages(root):
+        text = page.read_text()
+        new = render_page(root, page, text)
+        if new != text:
+            out.append(str(page.relative_to(root)))
+            if not check:
+                page.write_text(new)
+    return out
+
+
+def check(root: Path) -> list[str]:
+    """Every problem of the stored runs, the pages and the claims file, a line each."""
+    from ebm_jax.report import claims
+
+    problems = []
+    for name in stored_names(root):
+        try:
+            if why := staleness(root, name):
+                problems.append(why)
+        except StoredError as e:
+            problems.append(str(e))
+    try:
+        problems += claims.problems(root)
+        problems += [f"{p}: its generated blocks are out of date; run `python -m "
+                     "ebm_jax.report.stored sync`" for p in sync(root, check=True)]
+    except StoredError as e:
+        problems.append(str(e))
+    return problems
+
+
+# ------------------------------------------------------------------------- storing
+
+
+def store(root: Path, run: Path, name: str | None = None) -> Path:
+    """Copies the finished run in `run` to `docs/results/<name>` (default
+    `<config>-<variant>`) and records its wall time in experiments/wall_times.json."""
+    data = read_results(run)
+    p = data["ebm_jax"]["provenance"]
+    cfg = p["config"]
+    if not cfg.get("file"):
+        raise StoredError(f"{run / 'results.json'}: its run names no config file; run it "
+                          "with `ebm-jax run NAME:VARIANT` to store it")
+    name = name or f"{Path(cfg['file']).stem}-{cfg['variant']}"
+    if not re.fullmatch(r"[\w.-]+", name):
+        raise StoredError(f"--as must be letters, digits, '_', '-' or '.', got {name!r}")
+    files = data["ebm_jax"].get("files") or ["results.json", "results.md"]
+    target = root / RESULTS / name
+    staging = target.with_name(f".{name}.new")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True)
+    for f in files:
+        src = run / f
+        if not src.is_file():
+            shutil.rmtree(staging)
+            raise StoredError(f"{run}: lists {f} among its files, but it is missing")
+        (staging / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, staging / f)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    record_wall_time(root, p, f"docs/results/{name}")
+    return target
+
+
+def record_wall_time(root: Path, p: dict, how: str) -> None:
+    """The stored run's wall time, machine and date as an entry of
+    experiments/wall_times.json (replacing an entry of the same `how`)."""
+    from ebm_jax.config import WALL_TIMES
+
+    path = root / "experiments" / WALL_TIMES
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    cfg = p["config"]
+    overrides = cfg.get("overrides", [])
+    entry = {"seconds": p["wall_seconds"],
+             "machine": provenance.machine_text(p["machine"]),
+             "date": p["finished"][:10], "how": how,
+             "note": "stored run" + (f" with {' '.join(overrides)}" if overrides else "")}
+    runs = data.setdefault(cfg["file"], {}).setdefault(cfg["variant"], [])
+    runs[:] = [e for e in runs if e.get("how") != how] + [entry]
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ebm_jax.report.stored",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default=".", help="the repository's root")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("store", help="copy a finished run into docs/results")
+    s.add_argument("run", help="a results directory of `ebm-jax run`")
+    s.add_argument("--as", dest="name", default=None,
+                   help="its name under docs/results (default CONFIG-VARIANT)")
+    sub.add_parser("sync", help="fill the pages' stored and claims blocks")
+    sub.add_parser("check", help="stored runs fresh, pages in sync, claims valid")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    try:
+        if args.command == "store":
+            print(f"stored {store(root, Path(args.run), args.name)}")
+        elif args.command == "sync":
+            changed = sync(root)
+            print(f"rewrote {', '.join(changed)}" if changed else "every page in sync")
+        else:
+            problems = check(root)
+            print("\n".join(problems) if problems else "stored runs fresh, pages in sync")
+            return 1 if problems else 0
+    except StoredError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""Stored runs and claims: the docs' tables are runs with provenance, fresh, and in sync.
+
+The first test is the repository's own check (`python -m ebm_jax.report.stored
+check`); the others build a small repository in tmp_path with a toy config and show
+that a changed default makes a stored run stale, naming the field.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ebm_jax import cli
+from ebm_jax.report import claims, provenance, stored
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_repositorys_stored_runs_are_fresh_and_its_pages_in_sync():
+    problems = stored.check(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_stored_run_has_provenance_and_reproduces_with_one_command():
+    for name in stored.stored_names(ROOT):
+        data = stored.read_results(ROOT / stored.RESULTS / name)
+        p = data["ebm_jax"]["provenance"]
+        assert p["package"]["commit"] and p["config"]["file"], name
+        assert not p["config"]["overrides"], (
+            f"{name}: a docs table reproduces with one `ebm-jax run NAME:VARIANT`, no "
+            f"overrides; name a variant for {p['config']['overrides']}")
+
+
+def _toy_repo(tmp_path, monkeypatch, learning_rate="0.1"):
+    """A repository with README.md, docs/ and a toy config file; returns (root, cfg)."""
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "train"))
+    sys.modules.pop("toy_recipe", None)
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "experiments").mkdir()
+    cfg = root / "experiments" / "toy.py"
+    cfg.write_text(f'"""ebm-jax run {cfg}:small\n\nA toy."""\nfrom toy_recipe import Config\n'
+                   'VARIANTS = ("small",)\n\n\ndef get_config(v):\n'
+                   f'    return Config(num_steps=10, learning_rate={learning_rate})\n')
+    (root / "README.md").write_text("# toy\n")
+    (root / "docs" / "claims.toml").write_text(
+        '[[claim]]\npaper = "Toy"\nclaim = "It learns"\nnumber = "loss < 1"\n'
+        f'status = "holds"\nours = "it does"\nrun = "{cfg}:small"\npage = "toy.md"\n')
+    return root, cfg
+
+
+def _run_and_store(root, cfg, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["run", f"{cfg}:small", "--workdir", str(tmp_path / "w"), "--out",
+                     str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    return stored.store(root, out, "toy-small")
+
+
+def test_a_run_records_its_provenance_and_a_changed_default_makes_it_stale(
+        tmp_path, monkeypatch, capsys):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    target = _run_and_store(root, cfg, tmp_path, capsys)
+    data = json.loads((target / "results.json").read_text())
+    p = data["ebm_jax"]["provenance"]
+    assert p["config"]["variant"] == "small" and p["config"]["overrides"] == []
+    assert p["package"]["version"] and p["versions"]["jax"] and p["machine"]["cpu_cores"]
+    assert p["package"]["commit"] is None or len(p["package"]["commit"]) == 40
+    footer = (target / "results.md").read_text().strip().splitlines()[-1]
+    assert footer.startswith(provenance.FOOTER_PREFIX) and p["config"]["identity"] in footer
+    # its wall time, with the machine, is what `ebm-jax list` prints
+    times = json.loads((root / "experiments" / "wall_times.json").read_text())
+    (entry,) = times[str(cfg)]["small"]
+    assert entry["seconds"] == p["wall_seconds"] and "CPU cores" in entry["machine"]
+
+    (root / "docs" / "toy.md").write_text(
+        "# Toy\n\n<!-- claims: toy.md -->\n<!-- /claims -->\n\n## The table\n\n"
+        "<!-- stored: toy-small -->\n<!-- /stored -->\n")
+    assert stored.check(root) == [
+        "docs/toy.md: its generated blocks are out of date; run `python -m "
+        "ebm_jax.report.stored sync`"]
+    assert stored.sync(root) == ["docs/toy.md"]
+    page = (root / "docs" / "toy.md").read_text()
+    assert "| Toy | It learns | loss < 1 | **holds** | it does |" in page
+    assert f"ebm-jax run {cfg}:small" in page and p["config"]["identity"] in page
+    assert stored.check(root) == []
+
+    # a changed default: the stored run is stale, and the check names the field
+    cfg.write_text(cfg.read_text().replace("learning_rate=0.1", "learning_rate=0.2"))
+    (problem,) = stored.check(root)
+    assert problem.startswith(f"{target / 'results.json'} is stale: ")
+    assert "(changed: learning_rate)" in problem
+    assert f"rerun `ebm-jax run {cfg}:small`" in problem
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda d: d["ebm_jax"].pop("provenance"), "results.json without provenance"),
+    (lambda d: d["ebm_jax"]["provenance"]["config"].pop("identity"),
+     "results.json without provenance"),
+])
+def test_a_stored_run_without_provenance_is_one_line_naming_it(tmp_path, damage, says):
+    folder = tmp_path / "docs" / "results" / "old"
+    folder.mkdir(parents=True)
+    data = {"ebm_jax": {"provenance": {"package": {}, "config": {
+        "file": "x.py", "variant": "quick", "overrides": [], "identity": "0"},
+        "machine": {}, "versions": {}, "wall_seconds": 1}}}
+    damage(data)
+    (folder / "results.json").write_text(json.dumps(data))
+    with pytest.raises(stored.StoredError) as e:
+        stored.read_results(folder)
+    assert str(folder / "results.json") in str(e.value) and says in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_stored_run_whose_config_is_gone_is_named(tmp_path, monkeypatch, capsys):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    target = _run_and_store(root, cfg, tmp_path, capsys)
+    cfg.write_text(cfg.read_text().replace('("small",)', '("large",)'))
+    (problem,) = [p for p in stored.check(root) if "results.json" in p]
+    assert problem.startswith(f"{target / 'results.json'}: its config no longer loads")
+    assert "variant must be one of ['large']" in problem
+
+
+def test_the_claims_file_names_its_bad_entries(tmp_path, monkeypatch):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    path = root / "docs" / "claims.toml"
+    path.write_text(path.read_text().replace('"holds"', '"mostly"')
+                    .replace(":small", ":big") + "\n")
+    found = claims.problems(root)
+    where = f"{path}: claim 1 ('It learns')"
+    assert f"{where}: status must be one of ['holds', 'does not hold', 'unresolved'], " \
+           "got 'mostly'" in found
+    assert f"{where}: page docs/toy.md does not exist" in found
+    assert any(p.startswith(f"{where}: run {cfg}:big: toy.py has no variant 'big'")
+               for p in found)
+    path.write_text("[[claim]]\npaper = 1\n")
+    assert claims.problems(root) == [f"{path}: claim 1 ('?') lacks paper, claim, number, "
+                                     "status, ours, run, page"]
+    path.write_text("not toml [")
+    (problem,) = claims.problems(root)
+    assert problem.startswith(f"{path}: not a claims file")
+
+
+def test_a_marker_naming_a_missing_part_says_which_parts_there_are(tmp_path, monkeypatch,
+                                                                    capsys):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    _run_and_store(root, cfg, tmp_path, capsys)
+    (root / "docs" / "toy.md").write_text(
+        '# Toy\n<!-- stored: toy-small part="No such table" -->\n<!-- /stored -->\n')
+    (problem,) = [p for p in stored.check(root) if "toy.md" in p and "part" in p]
+    assert "stored run toy-small has no part 'No such table' (its headings: " in problem
+
+
+def test_store_refuses_a_run_without_provenance(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"ebm_jax": {"recipe": "x"}}))
+    assert stored.main(["--root", str(tmp_path), "store", str(run)]) == 2
+    assert not (tmp_path / "docs" / "results").exists()
+
+
+def test_shipped_configs_run_by_short_name_outside_a_clone(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["show", "socl_table1_ablation:tiny"]) == 0
+    assert "tracking/socl_table1_ablation.py:tiny" in capsys.readouterr().out
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "socl_table1_ablation.py" in out and "table1_toy1d.py" in out
+    assert cli.main(["show", "no_such_config:quick"]) == 2
+    assert "neither" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["--version"])
+    assert capsys.readouterr().out.startswith("ebm-jax 0.1.0")
+
+
+def test_the_package_data_lists_every_config():
+    """pyproject's package-data globs take every config file into the wheel."""
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["ebm_jax"]
+    root = ROOT / "experiments"
+    shipped = {p for g in globs for p in (ROOT / "ebm_jax").glob(g)}
+    wanted = {ROOT / "ebm_jax" / p.relative_to(ROOT) for p in root.rglob("*")
+              if p.is_file() and p.suffix in (".py", ".json")}
+    assert wanted and wanted <= shipped
+    assert (ROOT / "ebm_jax" / "experiments").is_symlink()
