@@ -21,6 +21,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from ebm_jax.report.provenance import StoredError
+
 CLAIMS = Path("docs") / "claims.toml"
 STATUSES = ("holds", "does not hold", "unresolved")
 FIELDS = ("paper", "claim", "number", "status", "ours", "run", "page")
@@ -28,8 +30,6 @@ MAX_WORDS = 24  # a cell of a claim table: "at most about 20 words"
 
 
 def load(root: Path) -> list[dict]:
-    from ebm_jax.report.stored import StoredError
-
     path = root / CLAIMS
     try:
         data = tomllib.loads(path.read_text())
@@ -51,8 +51,6 @@ def load(root: Path) -> list[dict]:
 def problems(root: Path) -> list[str]:
     """Every invalid entry of the claims file, a line each naming it."""
     from ebm_jax.config import ConfigError, load_module, split_spec
-    from ebm_jax.report.stored import StoredError
-
     path = root / CLAIMS
     try:
         entries = load(root)
@@ -87,8 +85,6 @@ def _cell(text: str) -> str:
 
 def table(root: Path, which: str, page: Path) -> str:
     """The claim table of the README (`which` = "README") or of one docs page."""
-    from ebm_jax.report.stored import StoredError
-
     entries = load(root)
     readme = which == "README"
     if not readme:

@@ -23,6 +23,10 @@ import os
 import subprocess
 from pathlib import Path
 
+class StoredError(ValueError):
+    """A stored run, page or claims file that cannot be used: one line naming it."""
+
+
 # the footer's first words, which the stored-results tooling looks for
 FOOTER_PREFIX = "<sub>Provenance:"
 

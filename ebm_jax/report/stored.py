@@ -35,17 +35,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from ebm_jax.report import provenance
+from ebm_jax.report import claims, provenance
+from ebm_jax.report.provenance import StoredError
 
 RESULTS = Path("docs") / "results"
 _BLOCK = re.compile(
     r"(?P<open><!-- (?P<kind>stored|claims): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
     r"(?P<close><!-- /(?P=kind) -->)", re.S)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
-
-
-class StoredError(ValueError):
-    """A stored run, page or claims file that cannot be used: one line naming it."""
 
 
 # ------------------------------------------------------------------------- reading
@@ -180,8 +177,6 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
 
 def render_page(root: Path, page: Path, text: str) -> str:
     """`text` with every stored and claims block filled in."""
-    from ebm_jax.report import claims
-
     def fill(m):
         arg = m.group("arg").strip()
         if m.group("kind") == "claims":
@@ -216,8 +211,6 @@ def sync(root: Path, check: bool = False) -> list[str]:
 
 def check(root: Path) -> list[str]:
     """Every problem of the stored runs, the pages and the claims file, a line each."""
-    from ebm_jax.report import claims
-
     problems = []
     for name in stored_names(root):
         try:

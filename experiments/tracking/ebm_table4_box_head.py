@@ -35,7 +35,7 @@ tests; 7.5 min on 2 CPU cores beside another job: four losses, two training leng
 five tracker options on validation, each compiled), paper (the published SiamFC net and schedule, heads 40k
 steps; GPU).
 quick990: quick on 1,000 generated training sequences (990 train, 10 validate), the
-docs' headline table (about 5 h on 2 CPU cores).
+docs' headline table (computed over several sittings on 2 CPU cores; not timed whole).
 """
 
 from ebm_jax.recipes.tracking import BoxHeadSettings, preset
