@@ -244,11 +244,15 @@ def _list(args, overrides) -> int:
         raise ValueError(f"no config files under {root} (run from the repository "
                          "root, or give --root)")
     measured = wall_times(root)
+    shipped = Path(root).resolve() == shipped_root().resolve()
+    if shipped:  # the package's own configs: named as `run` takes them
+        print("the configs shipped with ebm_jax; run one with `ebm-jax run NAME:VARIANT`")
+        paths = [p.relative_to(root) for p in paths]
     width = max(len(str(p)) for p in paths)
     for p in paths:
-        purpose, variants = describe(p)
+        purpose, variants = describe(Path(root) / p if shipped else p)
         print(f"{str(p):<{width}}  [{', '.join(variants)}]  {purpose}")
-        times = measured.get(Path(p).relative_to(root).as_posix(), {})
+        times = measured.get((p if shipped else Path(p).relative_to(root)).as_posix(), {})
         print(" " * (width + 2) + "wall time: " + "; ".join(
             f"{v} {wall_time_text(times[v])}" if times.get(v) else f"{v} not measured"
             for v in variants))
