@@ -104,6 +104,7 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                          restart=restart, progress=progress, writer=writer, log=log,
                          planned_stages=None if count is None else count(cfg))
         started = time.time()
+        code = provenance.git_state()  # the code as the run starts, not as it ends
         with ctx:  # the lock first: checks may write (a generated dataset)
             opened = recipe.check(cfg, ctx)  # what check opened (the data), or None
             report = (recipe.run(cfg, ctx) if opened is None
@@ -111,7 +112,8 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
         from ebm_jax.config import config_source_of
 
         prov = provenance.collect(cfg, source=source or config_source_of(cfg), devices=list(mesh.devices.flat),
-                                  started=started, finished=time.time())
+                                  started=started, finished=time.time(), git=code)
+        prov["stages"] = {"entered": ctx.stages_started, "reused": ctx.stages_reused}
         meta = {
             "recipe": recipe_name(cfg), "config": dataclasses.asdict(cfg),
             "command": command, "workdir": str(workdir), "seed": ctx.seed,

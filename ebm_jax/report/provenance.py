@@ -10,6 +10,9 @@ Every `results.json` carries, under `ebm_jax.provenance`:
     machine       CPU model and cores, the JAX backend and the accelerators' names
     versions      Python, JAX, jaxlib, Flax, optax, orbax, NumPy
     started, finished, wall_seconds
+    stages        the training stages the run entered, and how many of them were
+                  finished before it (reused): wall_seconds is a whole run's time only
+                  where none was
 
 and `results.md` ends with the same in one line (`footer`). The staleness test of the
 stored runs (`tests/test_stored_results.py`) compares the identity with what the config
@@ -90,9 +93,13 @@ def plain_overrides(overrides) -> list[str]:
     return [str(o).removeprefix("--config.") for o in overrides]
 
 
+_UNSET = object()
+
+
 def collect(cfg, *, source: dict | None, devices, started: float,
-            finished: float) -> dict:
-    """The provenance of a run of `cfg` (see the module's docstring)."""
+            finished: float, git=_UNSET) -> dict:
+    """The provenance of a run of `cfg` (see the module's docstring); `git` is
+    `git_state()` taken when the run started (taken now where not given)."""
     from ebm_jax import __version__
     from ebm_jax.config import config_identity
     from ebm_jax.train.records import versions
@@ -101,7 +108,7 @@ def collect(cfg, *, source: dict | None, devices, started: float,
         return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(
             timespec="seconds")
 
-    git = git_state()
+    git = git_state() if git is _UNSET else git
     return {
         "package": {"name": "ebm_jax", "version": __version__,
                     "commit": git["commit"] if git else None,

@@ -169,8 +169,16 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
     wall = p["wall_seconds"]
     from ebm_jax.config import duration
 
-    head = (f"`{run_command(p)}` ({duration(wall)} on "
-            f"{provenance.machine_text(p['machine'])})")
+    where = provenance.machine_text(p["machine"])
+    reused = p.get("stages", {}).get("reused", 0)
+    if p.get("measured_by"):
+        took = f"{duration(wall)} on {where}; {p['measured_by']}"
+    elif reused:
+        took = (f"this run reused {reused} trained stage(s) and took {duration(wall)} on "
+                f"{where}; a whole run was not timed")
+    else:
+        took = f"{duration(wall)} on {where}"
+    head = f"`{run_command(p)}` ({took})"
     body = "\n".join(out).strip("\n")
     return f"{head}\n\n{body}\n\n{footer}\n"
 
@@ -230,11 +238,22 @@ def check(root: Path) -> list[str]:
 # ------------------------------------------------------------------------- storing
 
 
-def store(root: Path, run: Path, name: str | None = None) -> Path:
+def store(root: Path, run: Path, name: str | None = None,
+          measured: tuple[float, str] | None = None, log=print) -> Path:
     """Copies the finished run in `run` to `docs/results/<name>` (default
-    `<config>-<variant>`) and records its wall time in experiments/wall_times.json."""
+    `<config>-<variant>`) and records its wall time in experiments/wall_times.json:
+    its own where it trained every stage, else `measured` = (seconds, where they come
+    from), the wall time of the run that trained them, if given."""
     data = read_results(run)
     p = data["ebm_jax"]["provenance"]
+    reused = p.get("stages", {}).get("reused", 0)
+    if measured is not None:
+        seconds, source = measured
+        if not (seconds > 0 and source.strip()):
+            raise StoredError("--measured-seconds must be > 0 and --measured-by must say "
+                              "where the time comes from")
+        p = {**p, "wall_seconds": float(seconds), "measured_by": source}
+        data["ebm_jax"]["provenance"] = p
     cfg = p["config"]
     if not cfg.get("file"):
         raise StoredError(f"{run / 'results.json'}: its run names no config file; run it "
@@ -255,10 +274,18 @@ def store(root: Path, run: Path, name: str | None = None) -> Path:
             raise StoredError(f"{run}: lists {f} among its files, but it is missing")
         (staging / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, staging / f)
+    if measured is not None:  # the whole run's time, with where it comes from
+        (staging / "results.json").write_text(json.dumps(data, indent=2) + "\n")
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
-    record_wall_time(root, p, f"docs/results/{name}")
+    if reused and measured is None:
+        log(f"{name}: its run reused {reused} finished stage(s), so its "
+            f"{p['wall_seconds']:.0f} s are not a whole run's time; wall_times.json left "
+            "as it is (give --measured-seconds and --measured-by from the run that "
+            "trained them)")
+    else:
+        record_wall_time(root, p, f"docs/results/{name}")
     return target
 
 
@@ -274,7 +301,8 @@ def record_wall_time(root: Path, p: dict, how: str) -> None:
     entry = {"seconds": p["wall_seconds"],
              "machine": provenance.machine_text(p["machine"]),
              "date": p["finished"][:10], "how": how,
-             "note": "stored run" + (f" with {' '.join(overrides)}" if overrides else "")}
+             "note": "stored run" + (f" with {' '.join(overrides)}" if overrides else "")
+             + (f"; {p['measured_by']}" if p.get("measured_by") else "")}
     runs = data.setdefault(cfg["file"], {}).setdefault(cfg["variant"], [])
     runs[:] = [e for e in runs if e.get("how") != how] + [entry]
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -289,13 +317,23 @@ def main(argv=None) -> int:
     s.add_argument("run", help="a results directory of `ebm-jax run`")
     s.add_argument("--as", dest="name", default=None,
                    help="its name under docs/results (default CONFIG-VARIANT)")
+    s.add_argument("--measured-seconds", type=float, default=None,
+                   help="where the run reused finished stages: the wall time of the run "
+                   "that trained them")
+    s.add_argument("--measured-by", default=None,
+                   help="with --measured-seconds: where that time comes from")
     sub.add_parser("sync", help="fill the pages' stored and claims blocks")
     sub.add_parser("check", help="stored runs fresh, pages in sync, claims valid")
     args = parser.parse_args(argv)
     root = Path(args.root)
     try:
         if args.command == "store":
-            print(f"stored {store(root, Path(args.run), args.name)}")
+            measured = None
+            if (args.measured_seconds is None) != (args.measured_by is None):
+                raise StoredError("--measured-seconds and --measured-by go together")
+            if args.measured_seconds is not None:
+                measured = (args.measured_seconds, args.measured_by)
+            print(f"stored {store(root, Path(args.run), args.name, measured)}")
         elif args.command == "sync":
             changed = sync(root)
             print(f"rewrote {', '.join(changed)}" if changed else "every page in sync")

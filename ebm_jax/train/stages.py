@@ -87,6 +87,11 @@ class RunContext:
     def stages_started(self) -> int:
         return len(self._stages[0])
 
+    @property
+    def stages_reused(self) -> int:
+        """The run's stages that were finished before it (loaded, not trained)."""
+        return len(self._stages[2])
+
     def enter_stage(self, stage_dir, finished: bool = False) -> None:
         """Counts `stage_dir` as one of the run's stages (once, however often it is
         entered); `finished`: it was finished before this run, so it is loaded, and

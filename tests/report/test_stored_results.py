@@ -186,3 +186,28 @@ def test_the_package_data_lists_every_config():
               if p.is_file() and p.suffix in (".py", ".json")}
     assert wanted and wanted <= shipped
     assert (ROOT / "ebm_jax" / "experiments").is_symlink()
+
+
+def test_a_run_from_cached_stages_gives_no_wall_time_unless_the_whole_runs_is_given(
+        tmp_path, monkeypatch, capsys):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    _run_and_store(root, cfg, tmp_path, capsys)  # trains the stage
+    times = root / "experiments" / "wall_times.json"
+    first = json.loads(times.read_text())
+    out = tmp_path / "out2"
+    assert cli.main(["run", f"{cfg}:small", "--workdir", str(tmp_path / "w"), "--out",
+                     str(out), "--no-progress"]) == 0
+    p = json.loads((out / "results.json").read_text())["ebm_jax"]["provenance"]
+    assert p["stages"] == {"entered": 1, "reused": 1}
+    lines = []
+    stored.store(root, out, "toy-small", log=lines.append)
+    assert "reused 1 finished stage(s)" in lines[0]
+    assert json.loads(times.read_text()) == first  # not a whole run's time
+    (root / "docs" / "toy.md").write_text("<!-- stored: toy-small -->\n<!-- /stored -->\n")
+    stored.sync(root)
+    assert "a whole run was not timed" in (root / "docs" / "toy.md").read_text()
+    stored.store(root, out, "toy-small", measured=(1234.0, "the first run's log"))
+    (entry,) = json.loads(times.read_text())[str(cfg)]["small"]
+    assert entry["seconds"] == 1234.0 and "the first run's log" in entry["note"]
+    stored.sync(root)
+    assert "21 min on" in (root / "docs" / "toy.md").read_text()
