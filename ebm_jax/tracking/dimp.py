@@ -37,6 +37,10 @@ Everything here is for one sequence (features (N, H, W, C), N training frames); 
 over sequences. The test-frame loss (sec. 3.4) is `classification_loss`, DiMP's hinge
 on a Gaussian label, and `iterate_weights` weighs the loss of each iterate as DiMP
 trains (the initial filter, the intermediate ones together, the final one).
+
+Coordinates are feature cells, as the project's levels place them: cell j of a level of
+stride s and offset o is centred at crop pixel o + s j, so a crop-pixel point p is at
+(p - o) / s cells (`to_cells`), and boxes are (x0, y0, x1, y1) in cells.
 """
 
 from __future__ import annotations
@@ -101,10 +105,18 @@ def score_size(feature_hw: tuple[int, int], filter_size: int) -> tuple[int, int]
     return feature_hw[0] + pad, feature_hw[1] + pad
 
 
-def score_center(center_xy: jax.Array, stride: float, filter_size: int) -> jax.Array:
-    """(..., 2) image points (x, y) -> (..., 2) score-map coordinates (row, col)."""
-    c = jnp.asarray(center_xy, jnp.float32)[..., ::-1] / stride
-    return c - (filter_size % 2) / 2.0
+def to_cells(points, stride: float, offset: float = 0.0):
+    """Crop-pixel coordinates (points or xyxy boxes) -> feature cells of a level of
+    `stride` whose cell 0 is centred at crop pixel `offset`."""
+    return (jnp.asarray(points, jnp.float32) - offset) / stride
+
+
+def score_center(center_xy: jax.Array, filter_size: int) -> jax.Array:
+    """(..., 2) points (x, y) in cells -> (..., 2) score-map coordinates (row, col): an
+    even filter's score cell i sits at feature position i - 1/2 (pytracking's
+    c / stride - (fh mod 2) / 2 with its cells centred at (j + 1/2) stride)."""
+    c = jnp.asarray(center_xy)[..., ::-1]
+    return c + ((filter_size + 1) % 2) / 2.0
 
 
 def distance_basis(center_yx: jax.Array, out_hw: tuple[int, int], num_bins: int,
@@ -210,22 +222,25 @@ def steepest_descent(filt: jax.Array, features: jax.Array, maps: ResidualMaps,
             jnp.concatenate([losses, last[None]]))
 
 
-def initial_filter(features: jax.Array, boxes: jax.Array, stride: float,
-                   filter_size: int) -> jax.Array:
+def initial_filter(features: jax.Array, boxes: jax.Array, filter_size: int,
+                   sample_weight: jax.Array | None = None) -> jax.Array:
     """DiMP's initializer (sec. 3.3): the PrRoIPool (`filter_size` bins) of each training
-    frame's target box (N, 4) as (x0, y0, x1, y1) image pixels on its features
-    (N, H, W, C), averaged over the frames: (filter_size, filter_size, C)."""
+    frame's target box (N, 4) in cells on its features (N, H, W, C), averaged over the
+    frames (weighted by `sample_weight` where given): (filter_size, filter_size, C)."""
     pooled = jax.vmap(lambda f, b: prroi_pool(f, b[None], output_size=filter_size,
-                                              spatial_scale=1.0 / stride)[0])(
-        features, boxes)
-    return jnp.mean(pooled, axis=0)
+                                              aligned=False)[0])(features, boxes)
+    if sample_weight is None:
+        return jnp.mean(pooled, axis=0)
+    w = sample_weight / jnp.sum(sample_weight)
+    return jnp.tensordot(w, pooled, axes=1)
 
 
 def predict_filter(params: dict, settings: PredictorSettings, features: jax.Array,
-                   boxes: jax.Array, stride: float, num_iter: int | None = None,
+                   boxes: jax.Array, num_iter: int | None = None,
                    sample_weight: jax.Array | None = None):
     """The whole predictor for one sequence: the initial filter from the training
-    frames' boxes, then the optimizer. Returns (filter, iterates, losses)."""
+    frames' boxes (N, 4) in cells, then the optimizer. Returns (filter, iterates,
+    losses)."""
     fs = settings.filter_size
     if fs > min(features.shape[1:3]):
         raise ValueError(f"filter_size {fs} must be at most the feature grid's side "
@@ -233,8 +248,8 @@ def predict_filter(params: dict, settings: PredictorSettings, features: jax.Arra
     n_iter = settings.num_iter if num_iter is None else num_iter
     if n_iter < 0:
         raise ValueError(f"num_iter must be >= 0, got {n_iter}")
-    f0 = initial_filter(features, boxes, stride, fs)
-    centers = score_center(0.5 * (boxes[:, :2] + boxes[:, 2:]), stride, fs)
+    f0 = initial_filter(features, boxes, fs, sample_weight)
+    centers = score_center(0.5 * (boxes[:, :2] + boxes[:, 2:]), fs)
     out_hw = score_size(features.shape[1:3], fs)
     basis = jax.vmap(lambda c: distance_basis(c, out_hw, settings.num_bins,
                                               settings.bin_displacement))(centers)

@@ -116,19 +116,20 @@ def test_gradients_through_the_unrolled_optimizer_match_finite_differences():
                               dimp.init_predictor_params(SETTINGS))
         key = jax.random.key(4)
         feats = jax.random.normal(key, (3, 6, 6, 2), jnp.float64)
-        boxes = jnp.asarray([[8.0, 8.0, 24.0, 20.0], [10.0, 6.0, 26.0, 22.0],
-                             [6.0, 10.0, 22.0, 26.0]])
+        boxes = jnp.asarray([[1.5, 1.5, 5.5, 4.5], [2.0, 1.0, 6.0, 5.0],
+                             [1.0, 2.0, 5.0, 6.0]])  # cells
         test_feat = jax.random.normal(jax.random.key(5), (1, 6, 6, 2), jnp.float64)
         label = dimp.gaussian_label(jnp.asarray([3.0, 3.0]), (7, 7), 1.0)
 
         def test_loss(p, x):
-            _, iterates, _ = dimp.predict_filter(p, SETTINGS, x, boxes, stride=4.0)
+            _, iterates, _ = dimp.predict_filter(p, SETTINGS, x, boxes)
             weights = dimp.iterate_weights(SETTINGS.num_iter)
             per = jax.vmap(lambda f: dimp.classification_loss(
                 dimp.apply_filter(test_feat, f)[0], label))(iterates)
             return jnp.sum(weights * per)
 
-        g_params, g_feats = jax.grad(test_loss, argnums=(0, 1))(params, feats)
+        test_loss = jax.jit(test_loss)
+        g_params, g_feats = jax.jit(jax.grad(test_loss, argnums=(0, 1)))(params, feats)
         h = 1e-6
         for name in ("log_step_length", "filter_reg"):
             up = dict(params, **{name: params[name] + h})
@@ -153,8 +154,9 @@ def test_the_predicted_filter_finds_the_target_it_was_given():
     key = jax.random.key(6)
     feats = 0.3 * jax.random.normal(key, (3, 9, 9, 4))
     feats = feats.at[:, 4, 4, 0].add(3.0)  # the target at feature cell (4, 4)
-    boxes = jnp.tile(jnp.asarray([[28.0, 28.0, 44.0, 44.0]]), (3, 1))  # centre 36 = 4.5 * 8
-    filt, _, losses = dimp.predict_filter(params, s, feats, boxes, stride=8.0)
+    boxes = jnp.tile(dimp.to_cells(jnp.asarray([[28.0, 28.0, 44.0, 44.0]]), 8.0, 4.0),
+                     (3, 1))  # centre at crop pixel 36 = 4 + 8 * 4: cell (4, 4)
+    filt, _, losses = dimp.predict_filter(params, s, feats, boxes)
     assert float(losses[-1]) < float(losses[0])
     test = 0.3 * jax.random.normal(jax.random.key(7), (1, 9, 9, 4))
     test = test.at[0, 2, 6, 0].add(3.0)  # it moved
@@ -166,12 +168,12 @@ def test_the_predictor_vmaps_over_sequences_and_jits():
     s = dimp.PredictorSettings(filter_size=4, num_iter=2)
     params = dimp.init_predictor_params(s)
     feats = jax.random.normal(jax.random.key(8), (5, 3, 8, 8, 6))  # 5 sequences
-    boxes = jnp.tile(jnp.asarray([[[8.0, 8.0, 40.0, 40.0]]]), (5, 3, 1))
-    fn = jax.jit(jax.vmap(lambda x, b: dimp.predict_filter(params, s, x, b, 8.0)))
+    boxes = jnp.tile(jnp.asarray([[[1.0, 1.0, 5.0, 5.0]]]), (5, 3, 1))
+    fn = jax.jit(jax.vmap(lambda x, b: dimp.predict_filter(params, s, x, b)))
     filt, iterates, losses = fn(feats, boxes)
     assert filt.shape == (5, 4, 4, 6) and iterates.shape == (5, 3, 4, 4, 6)
     assert losses.shape == (5, 3) and bool(jnp.all(jnp.isfinite(losses)))
-    one = dimp.predict_filter(params, s, feats[2], boxes[2], 8.0)[0]
+    one = dimp.predict_filter(params, s, feats[2], boxes[2])[0]
     np.testing.assert_allclose(filt[2], one, rtol=1e-4, atol=1e-5)
 
 
@@ -192,7 +194,20 @@ def test_a_filter_larger_than_the_feature_grid_is_refused():
     with pytest.raises(ValueError, match="filter_size 5 must be at most the feature "
                        "grid's side 4"):
         dimp.predict_filter(dimp.init_predictor_params(s), s, jnp.zeros((2, 4, 4, 3)),
-                            jnp.zeros((2, 4)), 8.0)
+                            jnp.zeros((2, 4)))
+
+
+def test_score_coordinates_follow_the_filter_size_convention():
+    """An odd filter's score cell i is feature cell i; an even filter's score map is one
+    cell larger, cell i at feature position i - 1/2 (pytracking's DiMP): the scores of a
+    point under a uniform filter are centred at `score_center` of the point."""
+    feats = jnp.zeros((1, 8, 8, 1)).at[0, 2, 5, 0].set(1.0)  # the point (x 5, y 2)
+    for fs in (3, 4):
+        scores = dimp.apply_filter(feats, jnp.ones((fs, fs, 1)))[0]
+        assert scores.shape == dimp.score_size((8, 8), fs)
+        rows, cols = np.nonzero(np.asarray(scores))
+        np.testing.assert_allclose(dimp.score_center(jnp.asarray([5.0, 2.0]), fs),
+                                   [rows.mean(), cols.mean()])
 
 
 def test_iterate_weights_follow_dimps_split():
