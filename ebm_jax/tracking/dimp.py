@@ -237,10 +237,12 @@ def initial_filter(features: jax.Array, boxes: jax.Array, filter_size: int,
 
 def predict_filter(params: dict, settings: PredictorSettings, features: jax.Array,
                    boxes: jax.Array, num_iter: int | None = None,
-                   sample_weight: jax.Array | None = None):
-    """The whole predictor for one sequence: the initial filter from the training
-    frames' boxes (N, 4) in cells, then the optimizer. Returns (filter, iterates,
-    losses)."""
+                   sample_weight: jax.Array | None = None,
+                   init_features: jax.Array | None = None):
+    """The whole predictor for one sequence: the initial filter pooled from the
+    training frames' boxes (N, 4) in cells on `init_features` (default `features`;
+    DiMP pools the initializer's own conv of them), then the optimizer on `features`.
+    Returns (filter, iterates, losses)."""
     fs = settings.filter_size
     if fs > min(features.shape[1:3]):
         raise ValueError(f"filter_size {fs} must be at most the feature grid's side "
@@ -248,7 +250,8 @@ def predict_filter(params: dict, settings: PredictorSettings, features: jax.Arra
     n_iter = settings.num_iter if num_iter is None else num_iter
     if n_iter < 0:
         raise ValueError(f"num_iter must be >= 0, got {n_iter}")
-    f0 = initial_filter(features, boxes, fs, sample_weight)
+    f0 = initial_filter(features if init_features is None else init_features, boxes, fs,
+                        sample_weight)
     centers = score_center(0.5 * (boxes[:, :2] + boxes[:, 2:]), fs)
     out_hw = score_size(features.shape[1:3], fs)
     basis = jax.vmap(lambda c: distance_basis(c, out_hw, settings.num_bins,
