@@ -37,6 +37,7 @@ test: check-venv $(STAMP)
 
 test-slow: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 -q -m slow
+	EBM_JAX_FUZZ=long $(PY) -m pytest -n 2 -q tests/test_fuzz_loaders.py
 
 bench: check-venv $(STAMP)
 	bash benchmarks/run_regression1d.sh

@@ -238,13 +238,14 @@ def _list(args, overrides) -> int:
     from ebm_jax.config import (describe, find_configs, shipped_root, wall_time_text,
                                 wall_times)
 
-    root = args.root or ("experiments" if Path("experiments").is_dir() else shipped_root())
+    here = args.root is None and Path("experiments").is_dir()  # a clone's own folder
+    root = args.root or ("experiments" if here else shipped_root())
     paths = find_configs(root)
     if not paths:
         raise ValueError(f"no config files under {root} (run from the repository "
                          "root, or give --root)")
     measured = wall_times(root)
-    shipped = Path(root).resolve() == shipped_root().resolve()
+    shipped = not here and Path(root).resolve() == shipped_root().resolve()
     if shipped:  # the package's own configs: named as `run` takes them
         print("the configs shipped with ebm_jax; run one with `ebm-jax run NAME:VARIANT`")
         paths = [p.relative_to(root) for p in paths]

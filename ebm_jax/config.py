@@ -399,6 +399,8 @@ def wall_times(root: str | Path = CONFIG_ROOT) -> dict:
     path = Path(root) / WALL_TIMES
     if not path.exists():
         return {}
+    if not path.is_file():
+        raise ConfigError(f"{path}: not a file (the measured wall times are a JSON file)")
     try:
         data = json.loads(path.read_text())
         for variants in data.values():
@@ -407,12 +409,25 @@ def wall_times(root: str | Path = CONFIG_ROOT) -> dict:
                     seconds = e["seconds"]
                     seconds = seconds if isinstance(seconds, list) else [seconds]
                     if not (1 <= len(seconds) <= 2 and all(
-                            isinstance(v, (int, float)) and v > 0 for v in seconds)
+                            _is_wall_time(v) for v in seconds)
+                            and seconds == sorted(set(seconds))
                             and isinstance(e["machine"], str)):
-                        raise ValueError(f"bad entry {e!r}")
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"{path}: not a file of measured wall times ({e})") from None
+                        raise ValueError(
+                            f"bad entry {e!r}: seconds must be a number in (0, "
+                            f"{MAX_WALL_SECONDS:g}] or an increasing [low, high] of two")
+    except (ValueError, KeyError, TypeError, AttributeError, OSError,
+            RecursionError) as e:
+        text = " ".join(str(e).split())
+        raise ConfigError(f"{path}: not a file of measured wall times ({text[:300]})") from None
     return data
+
+
+MAX_WALL_SECONDS = 1e7  # about 4 months: a larger figure is no run's wall time
+
+
+def _is_wall_time(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and 0 < v <= MAX_WALL_SECONDS)
 
 
 def wall_time_text(entries: list) -> str:

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import collections
 import math
+import struct
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -242,6 +244,15 @@ def _read_legacy(path: Path, data: bytes) -> dict:
     return result
 
 
+# what Python's zipfile raises on a damaged or unsupported archive: a bad header or
+# checksum (BadZipFile, zlib.error, struct.error, EOFError, OSError "Invalid data
+# stream"), an unknown compression method (NotImplementedError), an encrypted member
+# (RuntimeError "password required"), a name or size it cannot decode
+_ZIP_DAMAGE = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError,
+               NotImplementedError, RuntimeError, UnicodeDecodeError, ValueError,
+               OverflowError, KeyError, IndexError)
+
+
 def read_torch_state_dict(path, *, finite: bool = True) -> dict[str, np.ndarray]:
     """{name: array} of a PyTorch checkpoint holding a state dict (or a dict with a
     "state_dict" entry), without PyTorch; see the module docstring. With `finite`, a
@@ -250,7 +261,15 @@ def read_torch_state_dict(path, *, finite: bool = True) -> dict[str, np.ndarray]
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     if zipfile.is_zipfile(path):
-        data = _read_zip(path, path.stat().st_size)
+        try:
+            data = _read_zip(path, path.stat().st_size)
+        except TorchCheckpointError:
+            raise
+        except _ZIP_DAMAGE as error:  # a damaged archive: its header, its compression,
+            # its checksums, an encrypted or unknown-method member
+            raise TorchCheckpointError(
+                f"{path}: a damaged zip archive ({type(error).__name__}: {error}); "
+                "save the checkpoint again with torch.save") from None
     else:
         data = _read_legacy(path, path.read_bytes())
     if isinstance(data, Mapping) and "state_dict" in data:

@@ -1,0 +1,200 @@
+"""Property-based tests of the loaders a user feeds (hypothesis): for any damage to a
+valid file (bits flipped, cut short, bytes inserted or overwritten), the loader returns
+a result or raises the project's own error in one line naming the file, within a time
+bound; never another exception or a hang.
+
+Deterministic: hypothesis runs derandomized (the examples follow from the test), so a
+failure repeats. `make test` runs the "default" profile (a few dozen mutants per
+loader, seconds); `make test-slow` sets EBM_JAX_FUZZ=long for thousands.
+"""
+
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ebm_jax.config import ConfigError, wall_times
+from ebm_jax.data.images import _read_cifar_batch
+from ebm_jax.models.torch_weights import TorchCheckpointError, read_torch_state_dict
+from ebm_jax.report import claims, stored
+from ebm_jax.report.provenance import StoredError
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "models" / "data"
+
+settings.register_profile("default", max_examples=40, derandomize=True, deadline=5000,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+settings.register_profile("long", max_examples=2000, derandomize=True, deadline=10000,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+settings.load_profile(os.environ.get("EBM_JAX_FUZZ", "default"))
+
+
+@st.composite
+def damage(draw, size: int):
+    """A list of edits to a file of `size` bytes: flip a bit, cut at, insert at,
+    overwrite at."""
+    edits = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["flip", "cut", "insert", "overwrite"]))
+        at = draw(st.integers(0, max(size - 1, 0)))
+        if kind == "flip":
+            edits.append(("flip", at, draw(st.integers(0, 7))))
+        elif kind == "cut":
+            edits.append(("cut", at, None))
+        else:
+            edits.append((kind, at, draw(st.binary(min_size=1, max_size=16))))
+    return edits
+
+
+def _apply(data: bytes, edits) -> bytes:
+    b = bytearray(data)
+    for kind, at, arg in edits:
+        at = min(at, max(len(b) - 1, 0))
+        if kind == "flip" and b:
+            b[at] ^= 1 << arg
+        elif kind == "cut":
+            del b[at:]
+        elif kind == "insert":
+            b[at:at] = arg
+        elif kind == "overwrite":
+            b[at:at + len(arg)] = arg
+    return bytes(b)
+
+
+def _one_line_naming(error: BaseException, path: Path) -> None:
+    text = str(error)
+    assert "\n" not in text, text
+    assert str(path) in text or path.name in text, text
+
+
+def _check(load, path: Path, errors):
+    try:
+        load(path)
+    except errors as e:
+        _one_line_naming(e, path)
+
+
+ZIP = (DATA / "torch_state_dict_zip.pt").read_bytes()
+LEGACY = (DATA / "torch_state_dict_legacy.pt").read_bytes()
+
+
+@given(edits=damage(len(ZIP)))
+def test_a_damaged_zip_checkpoint_is_one_line(tmp_path_factory, edits):
+    path = tmp_path_factory.mktemp("pth") / "weights.pth"
+    path.write_bytes(_apply(ZIP, edits))
+    _check(read_torch_state_dict, path, (TorchCheckpointError,))
+
+
+@given(edits=damage(len(LEGACY)))
+def test_a_damaged_legacy_checkpoint_is_one_line(tmp_path_factory, edits):
+    path = tmp_path_factory.mktemp("pth") / "weights.pth"
+    path.write_bytes(_apply(LEGACY, edits))
+    _check(read_torch_state_dict, path, (TorchCheckpointError,))
+
+
+CIFAR = pickle.dumps({b"batch_label": b"training batch 1 of 5",
+                      b"data": np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072),
+                      b"labels": [3, 7]}, protocol=2)
+
+
+@given(edits=damage(len(CIFAR)))
+def test_a_damaged_cifar_batch_is_one_line(tmp_path_factory, edits):
+    path = tmp_path_factory.mktemp("cifar") / "data_batch_1"
+    path.write_bytes(_apply(CIFAR, edits))
+    _check(_read_cifar_batch, path, (ValueError,))
+
+
+WALL = json.dumps({"tracking/x.py": {"quick": [
+    {"seconds": 120.5, "machine": "2 CPU cores", "date": "2026-11-27", "how": "h"}],
+    "tiny": [{"seconds": [30, 40], "machine": "2 CPU cores"}]}}).encode()
+
+
+@given(edits=damage(len(WALL)))
+def test_a_damaged_wall_times_file_is_one_line(tmp_path_factory, edits):
+    root = tmp_path_factory.mktemp("experiments")
+    (root / "wall_times.json").write_bytes(_apply(WALL, edits))
+    _check(wall_times, root / "wall_times.json", (ConfigError,))
+
+
+@pytest.fixture(scope="module")
+def stored_run(tmp_path_factory):
+    """A valid stored run's results.json (the repository's own)."""
+    names = stored.stored_names(ROOT)
+    if not names:
+        pytest.skip("no stored run")
+    return (ROOT / stored.RESULTS / names[0] / "results.json").read_bytes()
+
+
+@given(data=st.data())
+def test_a_damaged_stored_results_file_is_one_line(tmp_path_factory, stored_run, data):
+    edits = data.draw(damage(len(stored_run)))
+    folder = tmp_path_factory.mktemp("stored")
+    (folder / "results.json").write_bytes(_apply(stored_run, edits))
+    _check(lambda p: stored.read_results(p.parent), folder / "results.json", (StoredError,))
+
+
+CLAIMS = (ROOT / "docs" / "claims.toml").read_bytes()
+
+
+@given(edits=damage(len(CLAIMS)))
+def test_a_damaged_claims_file_is_one_line(tmp_path_factory, edits):
+    root = tmp_path_factory.mktemp("repo")
+    (root / "docs").mkdir()
+    (root / "docs" / "claims.toml").write_bytes(_apply(CLAIMS, edits))
+    path = root / "docs" / "claims.toml"
+    _check(lambda p: claims.load(root), path, (StoredError,))
+    for problem in claims.problems(root):
+        assert "\n" not in problem and str(path) in problem
+
+
+def test_wall_times_refuses_non_finite_and_reversed_entries(tmp_path):
+    """Values JSON lets through that are no wall time: Infinity, 1e300 (finite but no
+    run), true, a reversed range."""
+    for bad in ('Infinity', '1e300', 'true', '[40, 30]', '[0, 5]'):
+        (tmp_path / "wall_times.json").write_text(
+            '{"a.py": {"quick": [{"seconds": %s, "machine": "m"}]}}' % bad)
+        with pytest.raises(ConfigError, match=str(tmp_path / "wall_times.json")):
+            wall_times(tmp_path)
+    shutil.rmtree(tmp_path)
+    (tmp_path / "wall_times.json").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="wall_times.json: not a file"):
+        wall_times(tmp_path)
+
+
+def test_damaged_checkpoints_are_one_line_at_the_command_line(tmp_path, capsys):
+    """A sample of zip mutants given to --config.pretrained: each refused before any
+    training with exit code 2 and one line naming the option and the file."""
+    from ebm_jax import cli
+
+    rng = np.random.default_rng(0)
+    refused = 0
+    for i in range(40):
+        data = bytearray(ZIP)
+        for at in rng.integers(0, len(data), size=3):
+            data[at] ^= 1 << int(rng.integers(0, 8))
+        path = tmp_path / f"mutant{i}.pth"
+        path.write_bytes(bytes(data))
+        try:
+            read_torch_state_dict(path)
+            continue  # a mutant the reader takes (a byte of padding, a name)
+        except TorchCheckpointError:
+            pass
+        rc = cli.main(["run", "siamfc_box:tiny", "--config.backbone=resnet18",
+                       f"--config.pretrained={path}", "--workdir", str(tmp_path / "w"),
+                       "--out", str(tmp_path / "o"), "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "\n" not in err, err
+        assert err.startswith("ebm-jax run: error: --config.pretrained=") and str(path) in err
+        refused += 1
+        if refused == 8:
+            break
+    assert refused == 8
+    assert not (tmp_path / "o").exists()
