@@ -210,3 +210,17 @@ def test_scene_shortcut_within_a_scene():
     assert alone["background"] == pytest.approx(0.6, rel=1e-7)
     with pytest.raises(ValueError, match="one id per pair"):
         bd.scene_shortcut(f_i, f_j, mask, mask, h, h, video, scene=[0, 0])
+
+
+def test_a_tie_for_the_highest_response_goes_to_the_first_cell_in_row_major_order():
+    """The documented tie rule: the first highest cell decides, so a background cell
+    before the target (row-major) that ties with it is a miss, and a target cell
+    before a tying background cell is a hit."""
+    mask = np.zeros((1, 3, 3), bool)
+    mask[0, 1, 1] = True
+    r = np.zeros((1, 3, 3))
+    r[0, 1, 1] = r[0, 0, 2] = 1.0  # background (0, 2) comes first
+    assert bd.identification_hits(r, mask).tolist() == [False]
+    r = np.zeros((1, 3, 3))
+    r[0, 1, 1] = r[0, 2, 0] = 1.0  # the target comes first
+    assert bd.identification_hits(r, mask).tolist() == [True]

@@ -99,3 +99,29 @@ def test_spearman_matches_scipy():
 def test_bad_probe_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"RefinementProbe.{field}"):
         RefinementProbe(**{field: value})
+
+
+def test_the_truth_must_outrank_every_jittered_box_strictly():
+    """The outranks rule as the docs state it: f(truth) above the *largest* jittered
+    energy, strictly (chance 1 / (n + 1)). Hand-built energies tell it from "above
+    their mean" and from "at least their largest"."""
+    truths = _truths(4)
+    probe = RefinementProbe(num_jittered=9, num_ranked=3)
+
+    def energy_with(jittered_values, truth_value):
+        def energy(_, boxes):
+            n = boxes.shape[0]  # the three calls differ in size: 1, 9 and 3 boxes
+            if n == 1:
+                return jnp.full((1,), truth_value) + 0.0 * boxes[:, 0]
+            if n == probe.num_jittered:
+                return jnp.asarray(jittered_values) + 0.0 * boxes[:, 0]
+            return -boxes[:, 0]  # the ranked boxes: any order
+        return energy
+
+    above_mean_below_max = energy_with([2.0] + [0.0] * 8, 1.0)  # mean 0.22 < 1 < max 2
+    m = _measure(above_mean_below_max, truths, truths, probe)
+    assert m["outranks"].tolist() == [0.0] * 4
+    tied_with_max = energy_with([1.0] + [0.0] * 8, 1.0)
+    assert _measure(tied_with_max, truths, truths, probe)["outranks"].tolist() == [0.0] * 4
+    above_all = energy_with([0.5] + [0.0] * 8, 1.0)
+    assert _measure(above_all, truths, truths, probe)["outranks"].tolist() == [1.0] * 4
