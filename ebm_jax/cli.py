@@ -1,19 +1,21 @@
 """Command line: `ebm-jax run CONFIG[:variant] [--config.FIELD=VALUE ...]`.
 
-    ebm-jax list                                                   # every config and variant
-    ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick   # Table 1, quick
-    ebm-jax run socl_table1_ablation:tiny                          # a shipped config by name
-    ebm-jax run experiments/ebm_regression/table1_toy1d.py:paper --config.methods=nce,nce+
-    ebm-jax plot-metrics runs/regression1d                         # loss curves to PNG
-    ebm-jax compare results/a/results.json moco results/b/results.json instdisc
-    ebm-jax compare results/port box-siam results/project box-siam   # by seed and sequence
+    ebm-jax list                                     # every config, variant, wall time
+    ebm-jax run table1_toy1d:quick                   # Table 1 of the EBM regression paper
+    ebm-jax run table1_toy1d:paper --config.methods=nce,nce+
+    ebm-jax run experiments/tracking/siamfc_box.py:quick   # a config file by its path
+    ebm-jax show socl_table1_ablation:quick          # its fields and their values
+    ebm-jax plot-metrics runs/regression1d           # loss curves to PNG
+    ebm-jax compare results/moco_linear_eval/quick moco-m0.99-k1024 \\
+        results/instdisc_linear_eval/quick instdisc  # paired by seed
     ebm-jax records images --data digits-on-photos --out data/dop16   # ArrayRecord
-    ebm-jax run experiments/contrastive/moco_linear_eval.py:quick \
-        --config.data=records --config.data_root=data/dop16 --config.loader=grain
+    ebm-jax run moco_linear_eval:quick --config.data=records \\
+        --config.data_root=data/dop16 --config.loader=grain
 
 `--workdir` (default `runs/<recipe>`) holds the stages' checkpoints: rerunning the
 same command resumes them. `--out` (default `results/<config>/<variant>`) receives
-results.json, results.md and the figures.
+results.json, results.md and the figures. Progress bars are drawn on a terminal only
+(a log gets each stage's summary line); `--no-progress` turns them off there too.
 """
 
 from __future__ import annotations
@@ -201,11 +203,23 @@ def _run(args, overrides) -> int:
     command = " ".join([PROG, *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith(
         PROG) else None
     cache = cache_dir(args.workdir or default_workdir(cfg), args.compile_cache)
-    with persistent_cache(cache):
-        report = run_experiment(cfg, workdir=args.workdir, out=out, devices=args.devices,
-                                distributed=args.distributed, restart=args.restart,
-                                progress=not args.no_progress, command=command,
-                                source=config_source(path, variant, overrides))
+    # bars on a terminal only: carriage returns would fill a log line by line
+    progress = not args.no_progress and sys.stderr.isatty()
+    before = os.environ.get("TQDM_DISABLE")
+    if not progress:  # also the bars that take no flag (data, TOP maps)
+        os.environ["TQDM_DISABLE"] = "1"
+    try:
+        with persistent_cache(cache):
+            report = run_experiment(cfg, workdir=args.workdir, out=out,
+                                    devices=args.devices, distributed=args.distributed,
+                                    restart=args.restart, progress=progress,
+                                    command=command,
+                                    source=config_source(path, variant, overrides))
+    finally:
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
     import jax
 
     if jax.process_index() == 0:  # one report for a multi-process run

@@ -61,7 +61,7 @@ def simulate_detections(annotations: str | Path, *, seed: int = 0,
                         false_positives: float = 1.0, miss_rate: float = 0.05,
                         candidates: float = 4.0, confusion: float = 0.2) -> list[dict]:
     """A detector's per-class output before NMS, in COCO result format (what guided NMS
-    takes, REFERENCE.md sec. 2).
+    takes, IoU-Net, Jiang et al. 2018).
 
     Each ground-truth box is found with probability 1 - miss_rate, by 1 + Poisson(
     candidates - 1) overlapping candidates (`candidates` of them on average), each at an
@@ -139,7 +139,7 @@ MIN_PRE_NMS_DUPLICATES = 0.02
 
 def check_pre_nms(detections: list[dict], iou: float, where: str) -> None:
     """An error (starting with `where`) for detections that are evidently post-NMS:
-    guided NMS (REFERENCE.md sec. 2) re-ranks the detector's per-class candidates
+    guided NMS (IoU-Net, Jiang et al. 2018) re-ranks the detector's per-class candidates
     before NMS, and on boxes NMS has already thinned it has nothing to choose from."""
     frac = duplicate_fraction(detections, iou)
     if frac < MIN_PRE_NMS_DUPLICATES:

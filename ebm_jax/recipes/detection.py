@@ -103,7 +103,7 @@ class Config:
     step_scale: float = 1.0  # multiplies every step length
     score_threshold: float = 0.05
     max_detections: int = 100
-    # guided NMS (REFERENCE.md sec. 2) on the detector's boxes before NMS; false: the
+    # IoU-guided NMS (Jiang et al. 2018, IoU-Net) on the detector's boxes before NMS; false: the
     # boxes are a detector's output after its own NMS and are refined as they are
     guided_nms: bool = True
     nms_iou: float = 0.5

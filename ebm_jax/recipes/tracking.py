@@ -13,7 +13,7 @@ Stages (see `ebm_jax.recipes.tracking_stages`):
 The training seeds (`seeds`) give the error bars: each seed trains its own Box-Siam
 from its own random start, and the random-backbone baseline of that seed is that start.
 No hyperparameter is tuned: the tracking and training settings are SiamFC's published
-ones (REFERENCE.md sec. 4); only the model width, the number of steps and the data size
+ones (Bertinetto et al. 2016, SiamFC); only the model width, the number of steps and the data size
 are scaled to the machine.
 
 The "box-head" experiment (the EBM regression paper, sec. 5, Table 4;

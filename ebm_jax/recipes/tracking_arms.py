@@ -45,7 +45,7 @@ class Tracker:
 
 
 def siamfc_tracker() -> Tracker:
-    """SiamFC's own scale search with its published settings (REFERENCE.md sec. 4)."""
+    """SiamFC's own scale search with its published settings (Bertinetto et al. 2016, SiamFC, and its public implementations)."""
     return Tracker("siamfc", stages.SIAMFC, stages.siamfc_runner)
 
 

@@ -45,7 +45,7 @@ class Trained(NamedTuple):
     stage: str | None = None
 
 
-# SiamFC's published tracking and training settings (REFERENCE.md sec. 4): a value, not
+# SiamFC's published tracking and training settings (Bertinetto et al. 2016, SiamFC): a value, not
 # a config field (nothing here is tuned)
 SIAMFC = SiamFCSettings()
 

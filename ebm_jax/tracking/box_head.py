@@ -59,7 +59,7 @@ PRDIMP_FIELDS = ("processing", "search_area_factor", "center_jitter_factors",
 class BoxHeadSettings:
     """The box head's hyperparameters: its loss, training, head widths and refinement.
 
-    Loss (the paper's sec. 5 and REFERENCE.md): `method` one of ml-is, kld-is, nce, nce+;
+    Loss (the paper's sec. 5 and PrDiMP, Danelljan et al. 2020): `method` one of ml-is, kld-is, nce, nce+;
     M = `num_samples` proposals in the relative space from an equal-weight Gaussian
     mixture of `sigmas`; `label_sigma` the KLD-IS label density's std (PrDiMP: 0.05);
     `beta` NCE+'s scale of the sigmas for the perturbed label (inferred for tracking:

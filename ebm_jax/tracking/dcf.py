@@ -65,7 +65,7 @@ from ebm_jax.ops.crops import (
 @dataclasses.dataclass(frozen=True)
 class DCFSettings:
     """The correlation filter tracker's settings (defaults: ECO's where it has them,
-    REFERENCE.md "DCF"; DCFNet's lambda and scale penalty).
+    ECO, Danelljan et al. 2017; DCFNet's lambda and scale penalty).
 
     levels: backbone levels whose features the filter uses, shallow to deep; None: the
     backbone's two `dcf_levels` (AlexNet conv1 and conv5; ResNet-18 conv1 and layer3, the

@@ -133,7 +133,7 @@ from ebm_jax.energy.boxes import (  # noqa: E402
 )
 from tests.tolerances import assert_within, float32_sum_atol  # noqa: E402
 
-# REFERENCE.md, seed 000 sec. 5: PrDiMP's KLD-IS and the inferred NCE+ for tracking
+# the EBM regression paper, sec. 5: PrDiMP's KLD-IS and the inferred NCE+ for tracking
 TRACKING = {"kld-is": {"sigmas": (0.05, 0.5), "label_sigma": 0.05},
             "nce": {"sigmas": (0.05, 0.5)},
             "nce+": {"sigmas": (0.05, 0.5), "beta": 0.1},
