@@ -100,8 +100,9 @@ def table(root: Path, which: str, page: Path) -> str:
         claim = _cell(c["claim"]) + (" *(the project's own check)*" if c.get("own") else "")
         cells = [_cell(c["paper"]), claim, _cell(c["number"]), f"**{c['status']}**",
                  _cell(c["ours"]), f"`ebm-jax run {c['run']}`"]
-        if readme:
+        if readme:  # linked from the page that holds the table
             title = c["page"].removesuffix(".md")
-            cells.append(f"[{title}](docs/{c['page']})")
+            where = "" if page.parent.resolve() == (root / "docs").resolve() else "docs/"
+            cells.append(f"[{title}]({where}{c['page']})")
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"

@@ -5,7 +5,8 @@
     docs/results/<name>/*.png          its figures
 
 A page includes a stored run (or one `#`-headed part of its results.md) between two
-markers, which `sync` fills in:
+markers, which `sync` fills in (`<!-- include: FILE -->` takes a repository file whole,
+as the site's changelog takes CHANGELOG.md):
 
     <!-- stored: socl_table6_noisy_points-quick -->
     <!-- /stored -->
@@ -40,7 +41,7 @@ from ebm_jax.report.provenance import StoredError
 
 RESULTS = Path("docs") / "results"
 _BLOCK = re.compile(
-    r"(?P<open><!-- (?P<kind>stored|claims): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
+    r"(?P<open><!-- (?P<kind>stored|claims|include): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
     r"(?P<close><!-- /(?P=kind) -->)", re.S)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
 
@@ -189,6 +190,12 @@ def render_page(root: Path, page: Path, text: str) -> str:
         arg = m.group("arg").strip()
         if m.group("kind") == "claims":
             body = claims.table(root, arg, page)
+        elif m.group("kind") == "include":  # a file of the repository, whole
+            source = root / arg
+            if ".." in Path(arg).parts or not source.is_file():
+                raise StoredError(f"{page}: <!-- include: {arg} --> names no file of the "
+                                  "repository")
+            body = source.read_text().rstrip("\n") + "\n"
         else:
             pm = _PART.match(arg)
             if pm is None:
