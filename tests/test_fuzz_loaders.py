@@ -198,3 +198,26 @@ def test_damaged_checkpoints_are_one_line_at_the_command_line(tmp_path, capsys):
             break
     assert refused == 8
     assert not (tmp_path / "o").exists()
+
+
+def test_ranges_are_checked_before_training_and_named(tmp_path, capsys):
+    """Options that overflowed after a stage (jitter factors), a data root that is a
+    file, a range that said more than the check took (region_fields): one line each."""
+    from ebm_jax import cli
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cases = [
+        (["run", "ebm_table4_box_head:tiny", "--config.box_head.scale_jitter_factors=200,200"],
+         "BoxHeadSettings.scale_jitter_factors must be two numbers in (0, 2]"),
+        (["run", "siamfc_box:tiny", f"--config.data_root={afile}"],
+         f"--config.data_root must be a directory, got the file {afile}"),
+        (["run", "socl_table1_ablation:tiny", "--config.region_fields=16"],
+         "--config.region_fields must be a number in [0.0, 11.75], got 16.0"),
+    ]
+    for argv, says in cases:
+        rc = cli.main([*argv, "--workdir", str(tmp_path / "w"), "--out",
+                       str(tmp_path / "o"), "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "\n" not in err and says in err, err
+    assert not (tmp_path / "o").exists()

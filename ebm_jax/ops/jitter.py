@@ -24,6 +24,10 @@ import numpy as np
 from ebm_jax.ops.crops import box_to_center, crop_square_np, rounded_uint8
 
 REFERENCE, TEST = 0, 1  # the frame kinds: index of the factors
+# the ranges checked before training: a crop side scales by exp(N(0, 1) x scale_jitter)
+# (at 2, a 3-sigma draw is 400x: beyond it sizes overflow), the centre moves by up to
+# center_jitter / 2 x the jittered side, and the crop is search_area_factor sides wide
+MAX_SCALE_JITTER, MAX_CENTER_JITTER, MAX_SEARCH_AREA = 2.0, 20.0, 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,17 +43,19 @@ class CropJitter:
     def __post_init__(self):
         v = self.search_area_factor
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
-                math.isfinite(v) and v > 0):
-            raise ValueError(f"search_area_factor must be a number > 0, got {v!r}")
-        for name in ("center_jitter", "scale_jitter"):
+                math.isfinite(v) and 0 < v <= MAX_SEARCH_AREA):
+            raise ValueError(f"search_area_factor must be a number in (0, "
+                             f"{MAX_SEARCH_AREA:g}], got {v!r}")
+        for name, high in (("center_jitter", MAX_CENTER_JITTER),
+                           ("scale_jitter", MAX_SCALE_JITTER)):
             pair = getattr(self, name)
             try:
                 pair = tuple(float(x) for x in pair)
             except (TypeError, ValueError):
                 pair = ()
-            if len(pair) != 2 or not all(math.isfinite(x) and x > 0 for x in pair):
-                raise ValueError(f"{name} must be two numbers > 0 (reference, test frame), "
-                                 f"got {getattr(self, name)!r}")
+            if len(pair) != 2 or not all(math.isfinite(x) and 0 < x <= high for x in pair):
+                raise ValueError(f"{name} must be two numbers in (0, {high:g}] (reference, "
+                                 f"test frame), got {getattr(self, name)!r}")
             object.__setattr__(self, name, pair)
 
 

@@ -147,7 +147,7 @@ class Config(tracking.Config):
                               "never on the test split)")
         c.int_range("videos", 2)
         c.int_range("input_size", 1, 1024)
-        c.float_range("region_fields", 0.0, 16.0)
+        c.float_range("region_fields", 0.0, self._max_region_fields())
         if self.region_fields:
             self._grow_region()
         exemplar = tstages.SIAMFC.exemplar_size
@@ -197,6 +197,18 @@ class Config(tracking.Config):
                 rng = "(0, inf)" if f == "budgets_hours" else "(0, 1]"
                 raise ConfigError(f"--config.{f} must be a non-empty tuple of values in "
                                   f"{rng}, got {values!r}")
+
+    def _max_region_fields(self) -> float:
+        """The most receptive fields a region can span on this backbone within
+        --config.input_size's limit of 1024 px (rounded down to 0.01)."""
+        from ebm_jax.models.tracking_backbones import backbone_class
+
+        try:
+            net = backbone_class(self.backbone)
+            field, stride = net.receptive_field(), net.embedding_grid(self.input_size)[1]
+        except (ValueError, KeyError):  # an unknown backbone: named by its own check
+            return 16.0
+        return math.floor(100 * (1024 - (1024 - self.input_size) % stride) / field) / 100
 
     def _grow_region(self) -> None:
         """input_size and context_side for `region_fields` (idempotent: a region

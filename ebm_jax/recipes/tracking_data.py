@@ -71,6 +71,10 @@ def open_data(cfg, ctx) -> TrackingData:
         real["otb"] = read_otb(cfg.otb_root)
         identity["otb"] = annotation_identity(real["otb"], ctx)
     root = epath.Path(cfg.data_root) if cfg.data_root else ctx.workdir / "data"
+    if cfg.data_root and ctx.writer:  # where the generated splits are written
+        from ebm_jax import checks
+
+        checks.writable_dir("--config.data_root", root)
     generated = {}
     for split, spec in generated_specs(cfg, ctx).items():
         ident = spec_identity(spec)

@@ -146,8 +146,12 @@ class BoxHeadSettings:
                              f"got {self.processing!r}")
         try:
             jitter = self.crop_jitter
-        except ValueError as error:
-            raise ValueError(f"BoxHeadSettings.{error}") from None
+        except ValueError as error:  # named as the settings' own fields
+            text = str(error)
+            for short in ("center_jitter", "scale_jitter"):
+                if text.startswith(short + " "):
+                    text = f"{short}_factors{text[len(short):]}"
+            raise ValueError(f"BoxHeadSettings.{text}") from None
         object.__setattr__(self, "center_jitter_factors", jitter.center_jitter)
         object.__setattr__(self, "scale_jitter_factors", jitter.scale_jitter)
         for name, high in (("brightness_jitter", 1.0), ("grayscale_prob", 1.0),
