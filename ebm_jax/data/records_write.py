@@ -161,9 +161,34 @@ def _json_column(values):
 
 
 def sequence_metadata(seq) -> dict:
-    """What a records dataset keeps of a `Sequence` besides its frames."""
-    return {"name": seq.name, "length": len(seq), "image_size": list(seq.image_size),
+    """What a records dataset keeps of a `Sequence` besides its frames, with the
+    checksums of its annotations (`annotation_checks`)."""
+    meta = {"name": seq.name, "length": len(seq), "image_size": list(seq.image_size),
             **{k: _json_column(getattr(seq, k)) for k in TRACKING_ANNOTATIONS}}
+    digest, frames = annotation_checks(meta)
+    return {**meta, "annotations_digest": digest, "frame_checks": frames}
+
+
+def annotation_checks(meta: dict) -> tuple[str, str]:
+    """(digest, frame checks) of a sequence's metadata as JSON holds it: 16 hex digits
+    of the SHA-256 of its name, length, size and annotation columns (any edit changes
+    it), and 4 hex digits of CRC-32 per frame of that frame's annotations (which frame
+    was edited, for the error)."""
+    import hashlib
+    import zlib
+
+    cols = {k: meta.get(k) for k in TRACKING_ANNOTATIONS}
+    head = {k: meta.get(k) for k in ("name", "length", "image_size")}
+    text = json.dumps({**head, **cols}, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    n = int(meta.get("length") or 0)
+
+    def row(i):
+        return json.dumps([None if c is None or not isinstance(c, list) or i >= len(c)
+                           else c[i] for c in cols.values()])
+
+    frames = "".join(f"{zlib.crc32(row(i).encode()) & 0xFFFF:04x}" for i in range(n))
+    return digest, frames
 
 
 # the most frame bytes one split of tracking records holds: tfds' writer keeps a split in

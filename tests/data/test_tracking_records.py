@@ -174,3 +174,40 @@ def test_shards_hold_whole_sequences_in_order():
     seqs = [Seq([4, 4]), Seq([3]), Seq([9]), Seq([1, 1])]
     assert rw.tracking_shards(seqs, 11) == [[0, 1], [2, 3]]  # 8 + 3, 9 + 2 bytes
     assert rw.tracking_shards(seqs, 1) == [[0], [1], [2], [3]]  # one sequence at least
+
+
+def test_an_edited_annotation_is_one_line_naming_the_sequence_and_frame(both, tmp_path):
+    """The metadata's annotations carry a checksum: a box moved by 30 px in
+    metadata.json is refused on open, naming the sequence and the frame."""
+    import json
+
+    _, records, path = both
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    (meta_file,) = copy.rglob("metadata.json")
+    meta = json.loads(meta_file.read_text())
+    seq = meta["sequences"][1]
+    original = seq["boxes"][3][0]
+    seq["boxes"][3][0] += 30.0
+    meta_file.write_text(json.dumps(meta))
+    with pytest.raises(RecordsError) as error:
+        read_tracking_records(copy)
+    text = str(error.value)
+    assert f"sequence {seq['name']!r}, frame 4 do not match their checksum" in text
+    assert "\n" not in text and str(copy) in text
+    seq["boxes"][3][0] = original  # put back: read as before
+    meta_file.write_text(json.dumps(meta))
+    assert len(read_tracking_records(copy)) == len(records)
+
+
+def test_a_flipped_bit_in_the_records_is_found_when_they_are_opened(both, tmp_path):
+    _, _, path = both
+    copy = tmp_path / "records"
+    shutil.copytree(path, copy)
+    (file,) = copy.rglob("*.array_record*")
+    data = bytearray(file.read_bytes())
+    data[len(data) // 5] ^= 0x10  # inside a chunk of frames (opening reads no chunk)
+    file.write_bytes(bytes(data))
+    with pytest.raises(RecordsError, match="truncated or corrupted") as error:
+        generated_records(copy, SPEC, progress=False)
+    assert "\n" not in str(error.value) and file.name in str(error.value)
