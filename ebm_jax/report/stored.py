@@ -131,8 +131,8 @@ def _sections(markdown: str) -> list[tuple[str, int, int]]:
 
 
 def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
-    """The text a page includes for stored run `name` (its results.md without its
-    title, or the section headed `part`), its headings demoted below the page's H2,
+    """The text a page includes for stored run `name` (its results.md, or the section
+    headed `part`, without its first heading), its headings demoted below the page's H2,
     its figures linked from the page, and the command that reproduces it above."""
     folder = root / RESULTS / name
     data = read_results(folder)
@@ -153,8 +153,8 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
     md = "\n".join(ln for ln in md.splitlines() if not ln.startswith(
         provenance.FOOTER_PREFIX)).strip("\n")
     lines = md.splitlines()
-    if lines and lines[0].startswith("# "):
-        lines = lines[1:]
+    if lines and re.match(r"#{1,6} ", lines[0]):  # the run's (or part's) title: the
+        lines = lines[1:]                         # page's own heading stands for it
     rel = Path("results") / name  # pages live in docs/, next to docs/results/
     if page.parent.resolve() != (root / "docs").resolve():
         import os
