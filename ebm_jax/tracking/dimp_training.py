@@ -5,6 +5,10 @@ sequence's training frames (the target model is predicted from them) and test fr
     loss_fn = make_classifier_loss(PredictorSettings(), label_sigma=0.9)
     value, metrics = loss_fn(features_net, predictor_params, batch)
 
+    net = DiMPNet(backbone, level=4, settings=PredictorSettings(), rngs=nnx.Rngs(0))
+    loss_fn = make_dimp_loss(PredictorSettings(), label_sigma=0.9)   # on crops
+    value, metrics = loss_fn(net, dimp_sample_batches(...)(step), key)
+
 `batch` holds, for B sequences, the backbone level of the training frames
 "train_levels" (B, Ntr, H, W, Cin) with their boxes "train_boxes" (B, Ntr, 4, xyxy in
 cells) and of the test frames "test_levels" (B, Nte, H, W, Cin) with their target
@@ -21,7 +25,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
+from ebm_jax.models.dimp_features import DiMPFeatures
 from ebm_jax.tracking import dimp
 
 
@@ -73,5 +79,62 @@ def make_classifier_loss(settings: dimp.PredictorSettings, label_sigma: float,
                                                  label_sigma, threshold))(
             train_feats, init, batch["train_boxes"], test_feats, batch["test_centers"])
         return jnp.mean(losses), jax.tree.map(jnp.mean, metrics)
+
+    return loss_fn
+
+
+class DiMPNet(nnx.Module):
+    """DiMP's classifier branch on a tracking backbone: the backbone (`backbone`, an
+    `ebm_jax.models.tracking_backbones` net), the classification features on one of its
+    levels (`features`, `DiMPFeatures`) and the predictor's learned parameters (label,
+    mask and spatial-weight functions, beta, lambda) as Params. `frozen_backbone`: the
+    backbone's gradients are stopped (the frozen-backbone variant)."""
+
+    def __init__(self, backbone, level: int, settings: dimp.PredictorSettings, *,
+                 channels: int = 32, frozen_backbone: bool = False, rngs: nnx.Rngs):
+        settings.check()
+        self.backbone = backbone
+        self.level = int(level)
+        self.frozen_backbone = bool(frozen_backbone)
+        (in_channels,) = backbone.level_channels((self.level,))
+        ((stride, offset),) = backbone.level_geometry((self.level,))
+        self.stride, self.offset = float(stride), float(offset)
+        self.features = DiMPFeatures(in_channels, channels,
+                                     filter_size=settings.filter_size, rngs=rngs)
+        init = dimp.init_predictor_params(settings)
+        self.predictor = nnx.Dict({k: nnx.Param(v) for k, v in init.items()})
+
+    def predictor_params(self) -> dict:
+        return {k: v[...] for k, v in self.predictor.items()}
+
+    def levels(self, crops: jax.Array) -> jax.Array:
+        """The backbone level of crops (..., S, S, 3) of 0-255 pixels."""
+        lead = crops.shape[:-3]
+        x = crops.reshape(-1, *crops.shape[-3:])
+        (level,) = self.backbone.features(x, (self.level,))
+        if self.frozen_backbone:
+            level = jax.lax.stop_gradient(level)
+        return level.reshape(*lead, *level.shape[1:])
+
+
+def make_dimp_loss(settings: dimp.PredictorSettings, label_sigma: float,
+                   threshold: float = 0.05):
+    """`loss_fn(net, batch, key) -> (loss, metrics)` for `make_train_step`: `net` a
+    `DiMPNet`, batch the samples of `ebm_jax.data.dimp_samples.dimp_sample_batches`
+    (crops of 0-255 pixels, boxes xyxy in crop pixels); the backbone level of every
+    crop, the boxes and centres in its cells (`dimp.to_cells`), then
+    `make_classifier_loss`. (`key` is unused: the samples carry their own jitter.)"""
+    classifier = make_classifier_loss(settings, label_sigma, threshold)
+
+    def loss_fn(net, batch, key):
+        del key
+        train = net.levels(jnp.asarray(batch["train"], jnp.float32))
+        test = net.levels(jnp.asarray(batch["test"], jnp.float32))
+        cells = dimp.to_cells(batch["train_boxes"], net.stride, net.offset)
+        test_boxes = dimp.to_cells(batch["test_boxes"], net.stride, net.offset)
+        centers = 0.5 * (test_boxes[..., :2] + test_boxes[..., 2:])
+        return classifier(net.features, net.predictor_params(),
+                          {"train_levels": train, "train_boxes": cells,
+                           "test_levels": test, "test_centers": centers})
 
     return loss_fn

@@ -91,3 +91,61 @@ def test_instance_l2_norm_sets_each_samples_norm():
 def test_bad_loss_settings_are_one_line(kwargs, says):
     with pytest.raises(ValueError, match=says):
         make_classifier_loss(SETTINGS, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    from ebm_jax.data.dimp_samples import dimp_sample_batches
+    from ebm_jax.data.sequences import read_got10k
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+    from ebm_jax.ops.jitter import CropJitter
+
+    spec = TrackingSpec(split="train", num_sequences=2, num_frames=10, height=96,
+                        width=128, seed=2)
+    root = tmp_path_factory.mktemp("dimp-frames")
+    seqs = read_got10k(generate_tracking_split(root / "seq", spec, progress=False))
+    return dimp_sample_batches(seqs, batch_size=2, max_gap=10, seed=0,
+                               jitter=CropJitter(), out_size=127)
+
+
+def _net(frozen=False):
+    from ebm_jax.models.tracking_backbones import tracking_backbone
+    from ebm_jax.tracking.dimp_training import DiMPNet
+
+    backbone = tracking_backbone("alexnet", width=0.125, rngs=nnx.Rngs(0))
+    return DiMPNet(backbone, level=4, settings=dimp.PredictorSettings(num_iter=2),
+                   channels=8, frozen_backbone=frozen, rngs=nnx.Rngs(1))
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_the_frame_loss_trains_the_branch_and_freezes_the_backbone_on_request(samples,
+                                                                             frozen):
+    """Through the project's train step (batch norm statistics and all): a few steps on
+    one batch lower its loss; the backbone moves unless frozen, the branch always."""
+    from ebm_jax.train import create_train_state, make_train_step
+    from ebm_jax.train.step import make_mesh
+    from ebm_jax.tracking.dimp_training import make_dimp_loss
+
+    net = _net(frozen)
+    loss_fn = make_dimp_loss(dimp.PredictorSettings(num_iter=2), label_sigma=0.5)
+    opt = optax.adam(1e-2)
+    graphdef, state = create_train_state(net, opt, jax.random.key(0))
+    step = make_train_step(graphdef, loss_fn, opt, make_mesh(1))
+    batch = samples(0)
+
+    def split(params):
+        flat = jax.tree_util.tree_leaves_with_path(params)
+        return ([np.asarray(v) for p, v in flat if "backbone" in jax.tree_util.keystr(p)],
+                [np.asarray(v) for p, v in flat if "backbone" not in jax.tree_util.keystr(p)])
+
+    before_backbone, before_branch = split(state.params)
+    losses = []
+    for _ in range(15):
+        state, metrics = step(state, batch)
+        losses.append(float(metrics["loss"]) if "loss" in metrics else None)
+        assert np.isfinite(float(metrics["center_error_cells"]))
+    after_backbone, after_branch = split(state.params)
+    moved = [not np.array_equal(a, b) for a, b in zip(before_backbone, after_backbone)]
+    assert any(moved) != frozen
+    assert any(not np.array_equal(a, b) for a, b in zip(before_branch, after_branch))
+    assert losses[-1] < losses[0]
