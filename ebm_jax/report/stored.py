@@ -132,7 +132,7 @@ def _sections(markdown: str) -> list[tuple[str, int, int]]:
 
 def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
     """The text a page includes for stored run `name` (its results.md, or the section
-    headed `part`, without its first heading), its headings demoted below the page's H2,
+    headed `part`, without its first heading), its headings moved below the page's H2 (its top ones H3),
     its figures linked from the page, and the command that reproduces it above."""
     folder = root / RESULTS / name
     data = read_results(folder)
@@ -161,9 +161,11 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
 
         rel = Path(os.path.relpath(folder, page.parent))
     out = []
+    levels = [len(m.group(1)) for ln in lines if (m := re.match(r"(#{1,6}) ", ln))]
+    shift = 3 - min(levels) if levels else 0  # its top headings become H3s
     for ln in lines:
         if m := re.match(r"(#{1,4}) (.*)", ln):
-            ln = "#" * (len(m.group(1)) + 2) + " " + m.group(2)
+            ln = "#" * min(6, len(m.group(1)) + shift) + " " + m.group(2)
         ln = re.sub(r"\]\((?!https?:|/|#)([^)]+\.png)\)", lambda m: f"]({rel.as_posix()}/"
                     f"{m.group(1)})", ln)
         out.append(ln)
