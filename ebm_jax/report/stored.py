@@ -41,7 +41,7 @@ from ebm_jax.report.provenance import StoredError
 
 RESULTS = Path("docs") / "results"
 _BLOCK = re.compile(
-    r"(?P<open><!-- (?P<kind>stored|claims|include): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
+    r"(?P<open><!-- (?P<kind>stored|claims|include|api): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
     r"(?P<close><!-- /(?P=kind) -->)", re.S)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
 
@@ -192,6 +192,10 @@ def render_page(root: Path, page: Path, text: str) -> str:
         arg = m.group("arg").strip()
         if m.group("kind") == "claims":
             body = claims.table(root, arg, page)
+        elif m.group("kind") == "api":  # a module's public API, from its code
+            from ebm_jax.report.api_docs import api_block
+
+            body = api_block(arg, page)
         elif m.group("kind") == "include":  # a file of the repository, whole
             source = root / arg
             if ".." in Path(arg).parts or not source.is_file():

@@ -290,3 +290,10 @@ def iterate_weights(num_iter: int, initial: float = 1.0, intermediate: float = 4
         return jnp.asarray([initial + final], jnp.float32)
     mid = [intermediate / (num_iter - 1)] * (num_iter - 1) if num_iter > 1 else []
     return jnp.asarray([initial, *mid, final], jnp.float32)
+
+
+__all__ = ["PredictorSettings", "ResidualMaps", "apply_filter", "classification_loss",
+           "discriminative_loss", "distance_basis", "filter_reg", "gaussian_label",
+           "init_predictor_params", "initial_filter", "iterate_weights",
+           "masked_activation", "predict_filter", "residual_maps", "score_center",
+           "score_size", "steepest_descent", "to_cells"]
