@@ -35,13 +35,15 @@ import math
 
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
-from ebm_jax.models.tracking_backbones import BACKBONES, backbone_title
+from ebm_jax.models.tracking_backbones import BACKBONES, backbone_class, backbone_title
 from ebm_jax.recipes import tracking_stages as stages
 from ebm_jax.recipes.backbone_pretraining import MoCoPretraining
+from ebm_jax.recipes.dimp_stages import DiMPTraining, dimp_runner, train_dimp
 from ebm_jax.recipes.box_head_experiment import (TRACKER_CHOICES, box_head_arms,
                                                  choose_box_head_arms,
                                                  coarse_evaluation)
-from ebm_jax.recipes.tracking_arms import Arm, Experiment, Trained, pairs_of, run_arms
+from ebm_jax.recipes.tracking_arms import (Arm, Experiment, Trained, Tracker, dcf_tracker,
+                                           pairs_of, reuse_model, run_arms)
 from ebm_jax.recipes.tracking_stages import TrackingRun, box_siam_arm, training_split
 from ebm_jax.report import Report
 from ebm_jax.report import box_head as box_head_report
@@ -49,6 +51,7 @@ from ebm_jax.report import tracking as report
 from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
                                        sequence_difference)
 from ebm_jax.tracking.box_head import TRACKING_METHODS, BoxHeadSettings
+from ebm_jax.tracking.dcf import DCFSettings
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["BoxHeadSettings", "Config", "MoCoPretraining", "check", "preset", "run"]
@@ -139,6 +142,9 @@ class Config:
     # step lengths are chosen (`box_head_experiment.TRACKER_CHOICES`); () keeps
     # box_head's own
     tracker_choices: tuple[str, ...] = tuple(TRACKER_CHOICES)
+    # the dimp-centre experiment: DiMP's classifier on the frozen Box-Siam backbone,
+    # its centre against SiamFC's (one scale) and the DCF's, on the validation split
+    dimp: DiMPTraining = DiMPTraining()
 
     def __post_init__(self):
         c = Checks(self)
@@ -325,6 +331,35 @@ def random_start(env: TrackingRun, seed: int, used) -> Trained:
                    {"start_of": box.identity["trained"]})
 
 
+def dimp_arm(env: TrackingRun, seed: int, used) -> Trained:
+    """DiMP's classifier trained on the same seed's frozen Box-Siam backbone and the
+    arms' training split (`dimp_stages.train_dimp`)."""
+    box = used["box-siam"]
+    sequences, identity = training_split(env.data, env.cfg)
+    return train_dimp(env.ctx, sequences, data_identity=identity, backbone=box.model,
+                      backbone_identity=box.identity["trained"], settings=env.cfg.dimp,
+                      seed=seed)
+
+
+def dimp_centre_arms(cfg) -> list[Arm]:
+    """The centres a box branch would refine (issue: does DiMP's classifier find the
+    target more often than SiamFC's centre?): SiamFC at one scale with the size kept,
+    the correlation filter on the same backbone, DiMP's classifier; all size-free."""
+    one_scale = dataclasses.replace(stages.SIAMFC, scale_num=1)
+    return [
+        Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static",)),
+        Arm("SiamFC centre", "siamfc-centre",
+            functools.partial(reuse_model, label="box-siam"), uses=("box-siam",),
+            tracker=Tracker("siamfc", one_scale, stages.siamfc_runner)),
+        Arm("DCF centre", "dcf-centre", functools.partial(reuse_model, label="box-siam"),
+            uses=("box-siam",), tracker=dcf_tracker(DCFSettings().for_backbone(
+                backbone_class(cfg.backbone)))),
+        Arm("DiMP centre", "dimp-centre", dimp_arm, uses=("box-siam",),
+            tracker=Tracker("dimp", cfg.dimp.tracker, dimp_runner),
+            compared_with=("SiamFC centre", "DCF centre")),
+    ]
+
+
 # The table of experiments: each one's arms, in the order of its tables, each with its
 # training, its tracker (SiamFC's scale search unless given), the arms whose models it
 # uses (same seed) and the arms it is compared with ("static": the first box in every
@@ -335,6 +370,7 @@ EXPERIMENTS = {
         Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static", "random"))]),
     "box-head": Experiment(box_head_arms, paper="the EBM regression paper's Table 4",
                            choose=choose_box_head_arms, after=coarse_evaluation),
+    "dimp-centre": Experiment(dimp_centre_arms),
 }
 
 
@@ -342,7 +378,8 @@ def count_stages(cfg: Config) -> int | None:
     """The run's training stages, for "stage i of n" and the run's ETA: per seed a
     Box-Siam and, for the box-head experiment, a head per loss, training sigmas and
     training length; the MoCo start once. None for other experiments."""
-    per_seed = {"box-siam": 1, "box-head": 1 + len(cfg.box_head_methods) * len(
+    per_seed = {"box-siam": 1, "dimp-centre": 2,
+                "box-head": 1 + len(cfg.box_head_methods) * len(
         cfg.sigma_grid or (cfg.box_head.sigmas,)) * (len(cfg.box_head_lengths) + 1)}
     if cfg.experiment not in per_seed:
         return None
@@ -352,6 +389,10 @@ def count_stages(cfg: Config) -> int | None:
 def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
     data = data if data is not None else stages.open_data(cfg, ctx)
     eval_sets = {s: (data.identity[s], seqs) for s, seqs in data.eval_sets.items()}
+    if cfg.experiment == "dimp-centre" and cfg.validation_sequences:
+        # a diagnostic: measured on the validation split (nothing is chosen on it)
+        val, val_identity = stages.validation_split(data, cfg)
+        eval_sets["generated-val"] = (val_identity, val)
     env = TrackingRun(cfg, ctx, data)
     experiment = EXPERIMENTS[cfg.experiment]
     arms, validation = experiment.arms(cfg), None

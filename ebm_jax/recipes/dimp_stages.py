@@ -1,0 +1,115 @@
+"""DiMP's classifier as a training stage and a tracker of the tracking recipe (Bhat et
+al. 2019; the centre of the EBM regression paper's tracker, sec. 5): `train_dimp` trains
+`DiMPNet` on a Box-Siam backbone with DiMP's samples, `dimp_runner` tracks with it
+(`ebm_jax.tracking.dimp_tracker`). The "dimp-centre" experiment of
+`ebm_jax.recipes.tracking` sets its centre beside SiamFC's and the DCF's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optax
+from flax import nnx
+
+from ebm_jax.data.dimp_samples import dimp_sample_batches
+from ebm_jax.data.pipeline import stream_steps
+from ebm_jax.ops.jitter import CropJitter
+from ebm_jax.recipes.tracking_stages import Trained, timed_runner
+from ebm_jax.tracking import dimp
+from ebm_jax.tracking import dimp_online as online
+from ebm_jax.tracking.dimp_tracker import DiMPTrackerSettings, make_dimp_tracker
+from ebm_jax.tracking.dimp_training import DiMPNet, make_dimp_loss
+from ebm_jax.train import create_train_state, make_train_step, merge_model
+from ebm_jax.train.stages import TrainStage
+
+
+@dataclasses.dataclass(frozen=True)
+class DiMPTraining:
+    """The classifier's training and tracking settings. Crops of `crop_size` px cover
+    `search_area_factor` x the target's sqrt(w h) (DiMP: 5), so that on the backbone's
+    stride-8 level the target spans about crop_size / 5 / 8 cells against the 4 x 4
+    filter (DiMP: 3.6 cells on 18). The label's std is `label_sigma_factor` of the
+    target's extent in cells (DiMP: 1/4). The backbone is frozen (DiMP trains it; a
+    joint variant is not built yet)."""
+
+    steps: int = 300
+    batch_size: int = 4
+    lr: float = 2e-3
+    channels: int = 32
+    level: int = 4  # the backbone level (AlexNet conv5; ResNet-18 layer3 = 3)
+    crop_size: int = 159
+    search_area_factor: float = 5.0
+    max_gap: int = 50
+    num_iter: int = 5
+    label_sigma_factor: float = 0.25
+    filter_size: int = 4
+
+    def __post_init__(self):
+        for name, low in (("steps", 1), ("batch_size", 1), ("channels", 1), ("level", 0),
+                          ("crop_size", 32), ("max_gap", 6), ("num_iter", 0),
+                          ("filter_size", 1)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"DiMPTraining.{name} must be an integer >= {low}, got "
+                                 f"{v!r}")
+        for name, high in (("lr", 1.0), ("search_area_factor", 20.0),
+                           ("label_sigma_factor", 2.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= high:
+                raise ValueError(f"DiMPTraining.{name} must be a number in (0, {high:g}], "
+                                 f"got {v!r}")
+
+    @property
+    def predictor(self) -> dimp.PredictorSettings:
+        return dimp.PredictorSettings(filter_size=self.filter_size, num_iter=self.num_iter)
+
+    @property
+    def tracker(self) -> DiMPTrackerSettings:
+        return DiMPTrackerSettings(predictor=self.predictor, online=online.OnlineSettings(),
+                                   search_area_factor=self.search_area_factor,
+                                   crop_size=self.crop_size)
+
+    def label_sigma(self, stride: float) -> float:
+        """The label's std in cells: the factor x the target's extent in cells."""
+        return self.label_sigma_factor * self.crop_size / self.search_area_factor / stride
+
+
+def train_dimp(ctx, sequences, *, data_identity, backbone, backbone_identity,
+               settings: DiMPTraining, seed: int) -> Trained:
+    """Trains (or resumes) DiMP's classifier (`DiMPNet`, frozen backbone) on DiMP's
+    samples of `sequences`, `settings.steps` Adam steps. Keys: the branch's init
+    `ctx.key(name, "init")`, the steps' `ctx.key(name, "train")`, the samples'
+    `ctx.seed_of(name, "samples")`."""
+    name = f"dimp-s{seed}"
+    identity = {"data": data_identity, "backbone": backbone_identity,
+                "settings": dataclasses.asdict(settings), "seed": int(seed)}
+    every = max(1, settings.steps // 20)
+    stage = TrainStage(name, identity, settings.steps, log_every=every,
+                       save_every=every * 5)
+    net = DiMPNet(backbone, settings.level, settings.predictor, channels=settings.channels,
+                  frozen_backbone=True,
+                  rngs=nnx.Rngs(params=stage.key(ctx, "init")))
+    opt = optax.adam(settings.lr)
+    graphdef, state = create_train_state(net, opt, stage.key(ctx, "train"))
+    loss_fn = make_dimp_loss(settings.predictor, settings.label_sigma(net.stride))
+    step = make_train_step(graphdef, loss_fn, opt, ctx.mesh)
+    jitter = CropJitter(search_area_factor=settings.search_area_factor)
+    batches = stream_steps(dimp_sample_batches(
+        sequences, batch_size=settings.batch_size, max_gap=settings.max_gap,
+        seed=ctx.seed_of(name, "samples"), jitter=jitter, out_size=settings.crop_size),
+        settings.steps)
+    ctx.log(f"stage {name}: {settings.steps} steps of {settings.batch_size} samples "
+            f"(3 training + 3 test frames) from {batches.num_sequences} sequences")
+    state, figures = stage.run(ctx, state, step, batches)
+    return Trained(merge_model(graphdef, state), {"trained": stage.full_identity}, figures,
+                   name)
+
+
+def dimp_runner(net, settings: DiMPTrackerSettings):
+    """`run(seq) -> (boxes, seconds)` of DiMP's tracker with a trained `DiMPNet`."""
+    tracker, params = make_dimp_tracker(net, settings)
+    return timed_runner(tracker, params)
+
+
+__all__ = ["DiMPTraining", "dimp_runner", "train_dimp"]
