@@ -41,7 +41,8 @@ from ebm_jax.report.provenance import StoredError
 
 RESULTS = Path("docs") / "results"
 _BLOCK = re.compile(
-    r"(?P<open><!-- (?P<kind>stored|claims|include|api): (?P<arg>[^>]*?) -->\n)(?P<body>.*?)"
+    r"(?P<open><!-- (?P<kind>stored|claims|include|api|compare): (?P<arg>[^>]*?) -->\n)"
+    r"(?P<body>.*?)"
     r"(?P<close><!-- /(?P=kind) -->)", re.S)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
 
@@ -186,12 +187,43 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
     return f"{head}\n\n{body}\n\n{footer}\n"
 
 
+def compare_block(root: Path, arg: str, page: Path) -> str:
+    """`<!-- compare: STORED_A RUN_A STORED_B RUN_B -->`: `ebm-jax compare` of two
+    stored runs (run names with spaces in double quotes), with the command."""
+    import shlex
+
+    from ebm_jax.report import contrastive, tracking
+
+    try:
+        name_a, run_a, name_b, run_b = shlex.split(arg)
+    except ValueError:
+        raise StoredError(f"{page}: <!-- compare: {arg} --> needs STORED_A RUN_A STORED_B "
+                          "RUN_B") from None
+    a = read_results(root / RESULTS / name_a)
+    b = read_results(root / RESULTS / name_b)
+    recipe = a["ebm_jax"].get("recipe")
+    compare = (tracking.compare_results if recipe in ("tracking", "socl")
+               else contrastive.compare_results)
+    try:
+        table = compare(a, run_a, b, run_b, names=(name_a, name_b))
+    except ValueError as error:
+        raise StoredError(f"{page}: <!-- compare: {arg} -->: {error}") from None
+    cmd_a = run_command(a["ebm_jax"]["provenance"])
+    cmd_b = run_command(b["ebm_jax"]["provenance"])
+    return (f"`{cmd_a}` and `{cmd_b}`, then `ebm-jax compare "
+            f"results/{Path(cmd_a.split()[2]).name.replace(':', '/')} {shlex.quote(run_a)} "
+            f"results/{Path(cmd_b.split()[2]).name.replace(':', '/')} {shlex.quote(run_b)}`:"
+            f"\n\n{table.strip()}\n")
+
+
 def render_page(root: Path, page: Path, text: str) -> str:
     """`text` with every stored and claims block filled in."""
     def fill(m):
         arg = m.group("arg").strip()
         if m.group("kind") == "claims":
             body = claims.table(root, arg, page)
+        elif m.group("kind") == "compare":  # two stored runs paired by seed
+            body = compare_block(root, arg, page)
         elif m.group("kind") == "api":  # a module's public API, from its code
             from ebm_jax.report.api_docs import api_block
 

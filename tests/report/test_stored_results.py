@@ -211,3 +211,16 @@ def test_a_run_from_cached_stages_gives_no_wall_time_unless_the_whole_runs_is_gi
     assert entry["seconds"] == 1234.0 and "the first run's log" in entry["note"]
     stored.sync(root)
     assert "21 min on" in (root / "docs" / "toy.md").read_text()
+
+
+def test_a_compare_block_pairs_two_stored_runs(tmp_path, monkeypatch, capsys):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    _run_and_store(root, cfg, tmp_path, capsys)
+    (root / "docs" / "toy.md").write_text(
+        "<!-- compare: toy-small a toy-small b -->\n<!-- /compare -->\n")
+    with pytest.raises(stored.StoredError) as error:
+        stored.sync(root)
+    assert str(root / "docs" / "toy.md") in str(error.value)
+    (root / "docs" / "toy.md").write_text("<!-- compare: toy-small a -->\n<!-- /compare -->\n")
+    with pytest.raises(stored.StoredError, match="needs STORED_A RUN_A STORED_B RUN_B"):
+        stored.sync(root)
