@@ -23,7 +23,9 @@ CONFIGS = find_configs(ROOT / "experiments")
 FAST = {"figure2_toy1d_m", "moco_linear_eval"}
 
 # results.json keys that measure the machine or name the command line, not the results
-VOLATILE_KEY = re.compile(r"(seconds|per_second|seconds_per_\w+|fps)$|^(command|workdir)$"
+# (and the provenance: dates, wall time, the commit)
+VOLATILE_KEY = re.compile(r"(seconds|per_second|seconds_per_\w+|fps)$"
+                          r"|^(command|workdir|provenance)$"
                           # SoCL Table 4: the measured TOP-map and training times, and
                           # the training fee from them
                           r"|^(top_map_hours_measured|training_machine_hours"
@@ -50,6 +52,8 @@ def masked_tables(text: str) -> list[str]:
     text, replaced by '*'."""
     out, timing, in_table = [], set(), False
     for line in text.splitlines():
+        if line.startswith("<sub>Provenance:"):  # dates, wall time, commit
+            continue
         if not line.startswith("|"):
             in_table = False
             out.append(TIMING_TEXT.sub("* s", line))

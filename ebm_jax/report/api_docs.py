@@ -55,7 +55,10 @@ def api_block(module_name: str, page) -> str:
         if obj is None:
             continue
         kind = "class" if inspect.isclass(obj) else ""
-        sig = _signature(obj) if callable(obj) else ""
+        own = str(getattr(obj, "__module__", "") or "").startswith("ebm_jax")
+        # a signature for the project's own functions and classes only (another
+        # package's objects, such as flax's filters, print by its version)
+        sig = _signature(obj) if callable(obj) and own else ""
         head = f"`{kind + ' ' if kind else ''}{name}{sig}`"
         doc = _first_sentence(getattr(obj, "__doc__", None)) if (
             inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismethod(obj)) else ""
