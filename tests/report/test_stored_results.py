@@ -224,3 +224,18 @@ def test_a_compare_block_pairs_two_stored_runs(tmp_path, monkeypatch, capsys):
     (root / "docs" / "toy.md").write_text("<!-- compare: toy-small a -->\n<!-- /compare -->\n")
     with pytest.raises(stored.StoredError, match="needs STORED_A RUN_A STORED_B RUN_B"):
         stored.sync(root)
+
+
+def test_every_stored_file_is_in_the_repository():
+    """A stored run that git ignores is missing from every clone (the pages' blocks
+    would then name files that are not there)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git clone")
+    ignored = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(str(p.relative_to(ROOT)) for p in (ROOT / stored.RESULTS).rglob("*")
+                        if p.is_file()), capture_output=True, text=True).stdout.split()
+    assert not ignored, f"git ignores stored files: {ignored[:5]}"
