@@ -36,6 +36,10 @@ def _signature(obj) -> str:
         sig = str(inspect.signature(obj))
     except (TypeError, ValueError):
         return ""
+    # default values that print where they live (a module's file, an object's address)
+    sig = re.sub(r"<module '([^']+)' from '[^']*'>", r"\1", sig)
+    sig = re.sub(r"<(function|built-in function|class) ([\w.]+)[^>]*>", r"\2", sig)
+    sig = re.sub(r" at 0x[0-9a-f]+", "", sig)
     return sig if len(sig) <= 110 else sig[:105] + " ...)"
 
 
