@@ -26,19 +26,21 @@ from ebm_jax.train.stages import TrainStage
 
 @dataclasses.dataclass(frozen=True)
 class DiMPTraining:
-    """The classifier's training and tracking settings. Crops of `crop_size` px cover
-    `search_area_factor` x the target's sqrt(w h) (DiMP: 5), so that on the backbone's
-    stride-8 level the target spans about crop_size / 5 / 8 cells against the 4 x 4
-    filter (DiMP: 3.6 cells on 18). The label's std is `label_sigma_factor` of the
-    target's extent in cells (DiMP: 1/4). The backbone is frozen (DiMP trains it; a
-    joint variant is not built yet)."""
+    """The classifier's training and tracking settings. The feature grid of a
+    `crop_size` px crop covers `search_area_factor` x the target's sqrt(w h) (DiMP: 5;
+    the crop itself is `dimp.crop_context` times larger, the margin AlexNet's valid
+    convolutions eat), so that on the default 255 px crop the stride-8 conv5 grid is
+    22 x 22 and the target spans 22 / 5 = 4.4 cells against the 4 x 4 filter (DiMP: 3.6
+    cells on 18). The label's std is `label_sigma_factor` of the target's extent in
+    cells (DiMP: 1/4). The backbone is frozen (DiMP trains it; a joint variant is not
+    built yet)."""
 
     steps: int = 300
     batch_size: int = 4
     lr: float = 2e-3
     channels: int = 32
     level: int = 4  # the backbone level (AlexNet conv5; ResNet-18 layer3 = 3)
-    crop_size: int = 159
+    crop_size: int = 255
     search_area_factor: float = 5.0
     max_gap: int = 50
     num_iter: int = 5
@@ -70,9 +72,25 @@ class DiMPTraining:
                                    search_area_factor=self.search_area_factor,
                                    crop_size=self.crop_size)
 
-    def label_sigma(self, stride: float) -> float:
-        """The label's std in cells: the factor x the target's extent in cells."""
-        return self.label_sigma_factor * self.crop_size / self.search_area_factor / stride
+    def label_sigma(self, stride: float, offset: float) -> float:
+        """The label's std in cells: the factor x the target's extent in cells (the
+        grid's cells over the search area factor)."""
+        cells = dimp.grid_cells(self.crop_size, stride, offset)
+        return self.label_sigma_factor * cells / self.search_area_factor
+
+    def check_geometry(self, stride: float, offset: float) -> None:
+        """One ValueError, before training, where the crop's feature grid is smaller
+        than the filter."""
+        n = dimp.grid_cells(self.crop_size, stride, offset)
+        if self.filter_size > n:
+            raise ValueError(f"DiMPTraining.filter_size {self.filter_size} is larger than "
+                             f"the feature grid ({n} x {n} cells on a {self.crop_size} px "
+                             f"crop); allowed: 1 to {n}, or a larger crop_size")
+
+    def crop_factor(self, stride: float, offset: float) -> float:
+        """The crop's side over the target's sqrt(w h): the search area times the
+        crop's context (`dimp.crop_context`)."""
+        return self.search_area_factor * dimp.crop_context(self.crop_size, stride, offset)
 
 
 def train_dimp(ctx, sequences, *, data_identity, backbone, backbone_identity,
@@ -90,11 +108,13 @@ def train_dimp(ctx, sequences, *, data_identity, backbone, backbone_identity,
     net = DiMPNet(backbone, settings.level, settings.predictor, channels=settings.channels,
                   frozen_backbone=True,
                   rngs=nnx.Rngs(params=stage.key(ctx, "init")))
+    settings.check_geometry(net.stride, net.offset)
     opt = optax.adam(settings.lr)
     graphdef, state = create_train_state(net, opt, stage.key(ctx, "train"))
-    loss_fn = make_dimp_loss(settings.predictor, settings.label_sigma(net.stride))
+    loss_fn = make_dimp_loss(settings.predictor,
+                             settings.label_sigma(net.stride, net.offset))
     step = make_train_step(graphdef, loss_fn, opt, ctx.mesh)
-    jitter = CropJitter(search_area_factor=settings.search_area_factor)
+    jitter = CropJitter(search_area_factor=settings.crop_factor(net.stride, net.offset))
     batches = stream_steps(dimp_sample_batches(
         sequences, batch_size=settings.batch_size, max_gap=settings.max_gap,
         seed=ctx.seed_of(name, "samples"), jitter=jitter, out_size=settings.crop_size),

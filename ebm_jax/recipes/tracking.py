@@ -312,6 +312,15 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
         cfg.batch_size * 0.4 * (tracking_backbone_flops(cfg.backbone, cfg.width, 255)
                                 + tracking_backbone_flops(cfg.backbone, cfg.width, 127)),
         hint="lower --config.batch_size or --config.width")
+    if cfg.experiment == "dimp-centre":  # DiMP's filter against the crop's grid
+        from flax import nnx
+
+        from ebm_jax.models.tracking_backbones import tracking_backbone
+
+        abstract = nnx.eval_shape(lambda: tracking_backbone(cfg.backbone, width=cfg.width,
+                                                            rngs=nnx.Rngs(0)))
+        ((stride, offset),) = abstract.level_geometry((cfg.dimp.level,))
+        cfg.dimp.check_geometry(stride, offset)
     data = stages.open_data(cfg, ctx)
     from ebm_jax.data.tracking_pairs import pair_batches
 

@@ -111,6 +111,29 @@ def to_cells(points, stride: float, offset: float = 0.0):
     return (jnp.asarray(points, jnp.float32) - offset) / stride
 
 
+def grid_cells(crop_size: int, stride: float, offset: float) -> int:
+    """Cells per side of a level of `stride` whose cell 0 is centred at crop pixel
+    `offset` (and, symmetrically, its last cell at `crop_size - 1 - offset` or before):
+    floor((crop_size - 1 - 2 offset) / stride) + 1. One ValueError when the crop is
+    smaller than the level's first cell needs."""
+    n = int((crop_size - 1 - 2 * offset) // stride) + 1
+    if n < 1:
+        raise ValueError(f"crop_size {crop_size} px gives no feature cell on a level of "
+                         f"stride {stride:g} whose first cell is centred at {offset:g} px; "
+                         f"crop_size must be >= {int(2 * offset + 1)}")
+    return n
+
+
+def crop_context(crop_size: int, stride: float, offset: float) -> float:
+    """The crop's side over the side its feature grid covers (`grid_cells` x `stride`
+    px). DiMP's search area (`search_area_factor` x sqrt(w h), DiMP sec. 3.5 and
+    pytracking) is the region its score map covers: on a padded ResNet that is the whole
+    crop (context 1); on a level of valid convolutions (SiamFC's AlexNet) the grid covers
+    only the crop's middle, so the crop is cut `crop_context` times larger than the
+    search area, or targets the test frames place near its border fall off the grid."""
+    return crop_size / (grid_cells(crop_size, stride, offset) * stride)
+
+
 def score_center(center_xy: jax.Array, filter_size: int) -> jax.Array:
     """(..., 2) points (x, y) in cells -> (..., 2) score-map coordinates (row, col): an
     even filter's score cell i sits at feature position i - 1/2 (pytracking's
@@ -293,7 +316,7 @@ def iterate_weights(num_iter: int, initial: float = 1.0, intermediate: float = 4
 
 
 __all__ = ["PredictorSettings", "ResidualMaps", "apply_filter", "classification_loss",
-           "discriminative_loss", "distance_basis", "filter_reg", "gaussian_label",
-           "init_predictor_params", "initial_filter", "iterate_weights",
+           "crop_context", "discriminative_loss", "distance_basis", "filter_reg", "gaussian_label",
+           "grid_cells", "init_predictor_params", "initial_filter", "iterate_weights",
            "masked_activation", "predict_filter", "residual_maps", "score_center",
            "score_size", "steepest_descent", "to_cells"]

@@ -9,8 +9,10 @@ here, composed on top of this centre).
     state = tracker.init(params, frame, box_xywh)
     state, box = tracker.update(params, state, frame)    # jitted; boxes xywh, 1-indexed
 
-Crops: a square of `search_area_factor` x sqrt(w h) around the current estimate, resampled
-to `crop_size` pixels (pytracking's search area; mean-colour padding). The first frame
+Crops: the score map covers a square of `search_area_factor` x sqrt(w h) around the
+current estimate (pytracking's search area); the crop, resampled to `crop_size` pixels
+with mean-colour padding, is `dimp.crop_context` times larger where the backbone's level
+covers only the crop's middle (valid convolutions). The first frame
 gives `len(shifts) + 1` training samples: the crop, its horizontal flip when `flip`, and
 the crop moved by each of `shifts` (fractions of its side), each with its target box.
 """
@@ -78,6 +80,7 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
     s, p, o = settings, settings.predictor, settings.online
     size = int(s.crop_size)
     fs = p.filter_size
+    context = dimp.crop_context(size, model.stride, model.offset)
     to_score = ((fs + 1) % 2) / 2.0  # cell coordinates -> score coordinates
 
     def features(params, crops):
@@ -86,7 +89,7 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         return m, feats
 
     def side_of(box_size):
-        return s.search_area_factor * jnp.sqrt(box_size[0] * box_size[1])
+        return context * s.search_area_factor * jnp.sqrt(box_size[0] * box_size[1])
 
     def cells_box(m, center, box_size, crop_center, side):
         return dimp.to_cells(crop_box(center, box_size, crop_center, side, size), m.stride,

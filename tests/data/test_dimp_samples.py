@@ -74,3 +74,31 @@ def test_bad_sizes_are_one_line_before_any_batch(sequences, kwargs, says):
     with pytest.raises(ValueError) as error:
         dimp_sample_batches(sequences, **{**args, **kwargs})
     assert says in str(error.value) and "\n" not in str(error.value)
+
+
+def test_with_the_crop_context_every_test_target_lies_on_the_score_map(sequences):
+    """The regression behind DiMP's first measurement: on SiamFC's AlexNet (conv5:
+    stride 8, cell 0 centred at pixel 43) a 159 px crop of 5 target sizes gives a
+    10-cell grid covering only its middle half, and a test frame's jittered target (up
+    to 2.25 target sizes off centre) falls off the score map. Cutting the crop
+    `crop_context` times larger than the search area keeps every target on it."""
+    from ebm_jax.recipes.dimp_stages import DiMPTraining
+    from ebm_jax.tracking import dimp
+
+    stride, offset = 8.0, 43.0
+    settings = DiMPTraining()
+    factor = settings.crop_factor(stride, offset)
+    n = dimp.grid_cells(settings.crop_size, stride, offset)
+    assert n == 22 and factor == pytest.approx(5.0 * 255 / 176)
+    batches = dimp_sample_batches(sequences, batch_size=16, max_gap=8, seed=2,
+                                  jitter=CropJitter(search_area_factor=factor),
+                                  out_size=settings.crop_size)
+    for step in range(4):
+        boxes = dimp.to_cells(batches(step)["test_boxes"], stride, offset)
+        centres = dimp.score_center(0.5 * (boxes[..., :2] + boxes[..., 2:]),
+                                    settings.filter_size)
+        hw = dimp.score_size((n, n), settings.filter_size)
+        assert np.all((centres >= 0) & (centres <= hw[0] - 1))
+        side = np.asarray(boxes[..., 2:] - boxes[..., :2]).prod(-1) ** 0.5
+        # the target spans the grid's cells over the search area, as DiMP's 3.6 of 18
+        np.testing.assert_allclose(np.median(side), n / 5.0, rtol=0.25)

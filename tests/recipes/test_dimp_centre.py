@@ -23,3 +23,15 @@ def test_the_tiny_run_tracks_the_three_centres_on_both_splits(tmp_path, capsys):
     assert data["training"][stage]["identity_hash"].startswith("dimp-s0-")
     md = (out / "results.md").read_text()
     assert "### generated-val" in md and "DiMP centre" in md
+
+
+def test_a_filter_larger_than_the_crops_grid_is_refused_before_training(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert cli.main(["run", "dimp_centre:tiny", "--workdir", str(runs), "--out",
+                     str(tmp_path / "out"), "--no-progress",
+                     "--config.dimp.filter_size=23"]) != 0
+    err = capsys.readouterr().err
+    assert "DiMPTraining.filter_size 23 is larger than the feature grid (22 x 22 cells" \
+        in err and "allowed: 1 to 22" in err
+    assert not (tmp_path / "out").exists()
+    assert not any(runs.glob("box-siam-*"))  # nothing trained

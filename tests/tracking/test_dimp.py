@@ -222,3 +222,21 @@ def test_the_hinge_loss_ignores_negative_background_scores():
     scores = jnp.asarray([[-3.0, 0.5], [0.0, 2.0]])
     # background (label <= 0.05): max(0, s) -> 0 and 2; target: s - z -> 0 and -1
     assert float(dimp.classification_loss(scores, label)) == pytest.approx((0 + 0 + 1 + 4) / 4)
+
+
+@pytest.mark.parametrize("crop, stride, offset, cells, context", [
+    (255, 8.0, 43.0, 22, 255 / 176),  # SiamFC's AlexNet conv5: valid convolutions
+    (159, 8.0, 43.0, 10, 159 / 80),
+    (288, 16.0, 7.5, 18, 1.0),  # a padded stride-16 level (DiMP's ResNet layer3)
+])
+def test_the_grid_and_the_crop_context_follow_the_levels_geometry(crop, stride, offset,
+                                                                  cells, context):
+    assert dimp.grid_cells(crop, stride, offset) == cells
+    assert dimp.crop_context(crop, stride, offset) == pytest.approx(context)
+    # the last cell's centre lies inside the crop, one more would not
+    assert offset + (cells - 1) * stride <= crop - 1 - offset < offset + cells * stride
+
+
+def test_a_crop_too_small_for_the_level_is_one_line():
+    with pytest.raises(ValueError, match="crop_size 60 px gives no feature cell.*>= 87"):
+        dimp.grid_cells(60, 8.0, 43.0)
