@@ -101,7 +101,7 @@ from ebm_jax.data.sequences import read_got10k
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.models.alexnet import SiamFCAlexNet
 from ebm_jax.ops.boxes import box_iou, xywh_to_xyxy
-from ebm_jax.recipes.box_head_stages import train_box_head
+from ebm_jax.recipes.tracking.box_head_stages import train_box_head
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.box_head_tracker import make_box_head_tracker
 from ebm_jax.train.stages import RunContext

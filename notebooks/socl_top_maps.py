@@ -243,7 +243,7 @@ plt.show()
 # %% [markdown]
 # ## TOP proposals of every annotated frame
 #
-# As the recipe does (`ebm_jax.recipes.socl_stages.top_cache`), the kept boxes and their
+# As the recipe does (`ebm_jax.recipes.tracking.socl_stages.top_cache`), the kept boxes and their
 # scores are computed once per annotated frame (every `ANNOTATE_EVERY`-th frame with a
 # usable point); the batches then draw each region's map from them.
 
@@ -336,7 +336,7 @@ for name in ("positive_similarity", "hardest_negative_similarity", "accuracy"):
 # %% [markdown]
 # ## SoCL-Siam: a short training
 #
-# The recipe's stage (`ebm_jax.recipes.socl_stages.train_socl`) with a plain loop in
+# The recipe's stage (`ebm_jax.recipes.tracking.socl_stages.train_socl`) with a plain loop in
 # place of its checkpointing one: the backbone from scratch, Adam at 3e-4, one jitted,
 # donated step per batch (`ebm_jax.train.make_train_step`), the loss above
 # (`make_socl_siam_loss`). The recipe also drops the learning rate x0.1 at half of its
@@ -427,7 +427,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # %% [markdown]
 # ## Further
 #
-# The paper's experiments are configs of one recipe (`ebm_jax/recipes/socl.py`), each
+# The paper's experiments are configs of one recipe (`ebm_jax/recipes/tracking/socl.py`), each
 # run by the command in its docstring, e.g.
 # `ebm-jax run experiments/tracking/socl_table1_ablation.py:quick`:
 #

@@ -1,6 +1,6 @@
 """Unlabelled square crops of tracking frames and photos: the images a tracking backbone
 is pretrained on without any annotation (MoCo on the training split's frames and its
-photo pool; `ebm_jax.recipes.backbone_pretraining`).
+photo pool; `ebm_jax.recipes.tracking.backbone_pretraining`).
 
     crops = frame_crops(sequences, photos, count=4096, size=96, seed=0)
     crops.shape, crops.dtype        # (4096, 96, 96, 3) uint8

@@ -241,7 +241,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     """The table of `arms` (mean +- sd over seeds), the paired differences a - b of
     `pairs` (the experiment's table says which), the paper's figures (`paper`), the
     diagnostics of every backbone on held-out regions (`diagnostics`, from
-    `ebm_jax.recipes.socl_diagnostics`; beside every table, so that one that reverses
+    `ebm_jax.recipes.tracking.socl_diagnostics`; beside every table, so that one that reverses
     the paper says why), TOP-map recall and times, budgets and fees, and the plot of the
     experiment. `split`: the generated split the rows were tracked on ("test", or
     "validation")."""

@@ -38,7 +38,7 @@ def training_data_name(train_data: str) -> str:
 
 
 def start_markdown(probe: Mapping, settings: Mapping) -> str:
-    """The MoCo-pretrained start's section (`ebm_jax.recipes.backbone_pretraining`): its
+    """The MoCo-pretrained start's section (`ebm_jax.recipes.tracking.backbone_pretraining`): its
     settings and its probe on digits-on-photos beside the random initialisation."""
     n_train, n_test = probe["images"]
     rows = [[name, fmt(probe[key]["knn"], ".1f"), fmt(probe[key]["linear"], ".1f")]

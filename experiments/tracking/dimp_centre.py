@@ -18,7 +18,7 @@ test sequences; Box-Siam 600 steps, the classifier 300 steps of 4 samples; three
 2 CPU cores), tiny (the tests: a minute or two).
 """
 
-from ebm_jax.recipes.dimp_stages import DiMPTraining
+from ebm_jax.recipes.tracking.dimp_stages import DiMPTraining
 from ebm_jax.recipes.tracking import preset
 
 VARIANTS = ("quick", "tiny")

@@ -9,13 +9,13 @@ SiamFC's AlexNet is trained from scratch on the generated train split and tracks
 generated test split (disjoint photos) with the SiamFC tracker; AUC, precision, AO and
 SR as mean +- sd over three training seeds.
 
-Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (50 train sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25;
+Variants (the SoCL recipe's presets, `ebm_jax.recipes.tracking.socl.PRESETS`): quick (50 train sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25;
 batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), tiny
 (a minute or two; the tests), paper (the published net and schedule: width 1.0, batch 192 =
 96 videos; a GPU; on GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
 """
 
-from ebm_jax.recipes.socl import Config, preset
+from ebm_jax.recipes.tracking.socl import Config, preset
 
 VARIANTS = ("quick", "tiny", "paper")
 

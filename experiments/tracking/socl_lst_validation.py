@@ -21,7 +21,7 @@ AlexNet width 0.25; three seeds; 2 CPU cores, about 15 SoCL trainings per seed),
 (a minute or two; the tests), paper (the published net and schedule; a GPU).
 """
 
-from ebm_jax.recipes.socl import Config, preset
+from ebm_jax.recipes.tracking.socl import Config, preset
 
 VARIANTS = ("quick", "tiny", "paper")
 

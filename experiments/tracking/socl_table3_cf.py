@@ -16,7 +16,7 @@ Box-Siam and the random backbone with the SiamFC tracker. Generated test split; 
 precision, AO, SR and FPS; paired differences with standard errors over seeds and
 sequences.
 
-Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (50 train
+Variants (the SoCL recipe's presets, `ebm_jax.recipes.tracking.socl.PRESETS`): quick (50 train
 sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25; three seeds;
 2 CPU cores; shares Box-Siam and SoCL-Siam stages with the other SoCL configs), tiny
 (a minute or two; the tests), paper (the published net and schedule; a GPU; GOT-10k with
@@ -24,10 +24,10 @@ sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25; three 
 
 moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
 training frames; no ImageNet weights offline), fine-tuned with the backbone learning
-rate x0.1 chosen on validation (`ebm_jax.recipes.socl.MOCO_START`).
+rate x0.1 chosen on validation (`ebm_jax.recipes.tracking.socl.MOCO_START`).
 """
 
-from ebm_jax.recipes.socl import Config, preset
+from ebm_jax.recipes.tracking.socl import Config, preset
 
 VARIANTS = ("quick", "tiny", "paper", "moco")
 

@@ -17,7 +17,7 @@ annotation cost per frame (measured tracker seconds) for T in 5, 10, 20
 (`--config.sparse_every_sweep`); annotation hours per arm; three seeds; generated test
 split.
 
-Variants (the SoCL recipe's presets, `ebm_jax.recipes.socl.PRESETS`): quick (50 train
+Variants (the SoCL recipe's presets, `ebm_jax.recipes.tracking.socl.PRESETS`): quick (50 train
 sequences of 80 frames at 320x240, 30 test sequences; AlexNet width 0.25; box heads of
 600 steps; three seeds; 2 CPU cores; shares SoCL-Siam stages with the other SoCL
 configs), tiny (a minute or two; the tests), paper (the published net and schedule; a GPU;
@@ -25,10 +25,10 @@ GOT-10k with --config.train_data=got10k --config.got10k_root=DIR).
 
 moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
 training frames; no ImageNet weights offline), fine-tuned with the backbone learning
-rate x0.1 chosen on validation (`ebm_jax.recipes.socl.MOCO_START`).
+rate x0.1 chosen on validation (`ebm_jax.recipes.tracking.socl.MOCO_START`).
 """
 
-from ebm_jax.recipes.socl import BoxHeadSettings, Config, preset
+from ebm_jax.recipes.tracking.socl import BoxHeadSettings, Config, preset
 
 VARIANTS = ("quick", "tiny", "paper", "moco")
 

@@ -82,7 +82,7 @@ def test_with_the_crop_context_every_test_target_lies_on_the_score_map(sequences
     10-cell grid covering only its middle half, and a test frame's jittered target (up
     to 2.25 target sizes off centre) falls off the score map. Cutting the crop
     `crop_context` times larger than the search area keeps every target on it."""
-    from ebm_jax.recipes.dimp_stages import DiMPTraining
+    from ebm_jax.recipes.tracking.dimp_stages import DiMPTraining
     from ebm_jax.tracking import dimp
 
     stride, offset = 8.0, 43.0

@@ -18,7 +18,7 @@ from ebm_jax.data.detection_sets import images_fingerprint
 from ebm_jax.data.sequences import fingerprint, read_got10k
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.io import file_digests
-from ebm_jax.recipes.tracking_stages import annotation_identity
+from ebm_jax.recipes.tracking.stages import annotation_identity
 
 
 def _age(root, seconds=3600):

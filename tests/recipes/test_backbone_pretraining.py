@@ -1,5 +1,5 @@
 """The MoCo-pretrained start of the tracking backbones (`--config.init=moco`,
-`ebm_jax.recipes.backbone_pretraining`): bad settings refused by name, the start is the
+`ebm_jax.recipes.tracking.backbone_pretraining`): bad settings refused by name, the start is the
 MoCo stage's query backbone (trained once, then read), the stages' identities record
 the MoCo stage, its frames exclude a validation split, and the probe and a tiny run
 report it."""
@@ -38,7 +38,7 @@ def test_bad_start_settings_name_the_field(overrides, message):
 
 @pytest.fixture(scope="module")
 def moco_run(tmp_path_factory):
-    from ebm_jax.recipes import tracking_stages as ts
+    from ebm_jax.recipes.tracking import stages as ts
     from ebm_jax.train.stages import RunContext
 
     root = tmp_path_factory.mktemp("moco")
@@ -50,8 +50,8 @@ def moco_run(tmp_path_factory):
 def test_the_start_is_the_moco_query_backbone_trained_once(moco_run):
     from flax import nnx
 
-    from ebm_jax.recipes import tracking_stages as ts
-    from ebm_jax.recipes.backbone_pretraining import moco_stage, pretrained_backbone
+    from ebm_jax.recipes.tracking import stages as ts
+    from ebm_jax.recipes.tracking.backbone_pretraining import moco_stage, pretrained_backbone
 
     cfg, ctx, data = moco_run
     a = ts.build_model(cfg, ctx, "box-siam-s0", data)
@@ -88,7 +88,7 @@ def test_the_key_encoder_is_the_momentum_average_of_the_query_encoder(moco_run):
     import jax
     from flax import nnx
 
-    from ebm_jax.recipes.backbone_pretraining import moco_training
+    from ebm_jax.recipes.tracking.backbone_pretraining import moco_training
     from ebm_jax.train import merge_model
 
     cfg, ctx, data = moco_run
@@ -117,8 +117,8 @@ def test_the_key_encoder_is_the_momentum_average_of_the_query_encoder(moco_run):
 def test_a_validation_split_is_left_out_of_the_pretraining_frames(moco_run):
     import dataclasses
 
-    from ebm_jax.recipes import tracking_stages as ts
-    from ebm_jax.recipes.backbone_pretraining import moco_stage
+    from ebm_jax.recipes.tracking import stages as ts
+    from ebm_jax.recipes.tracking.backbone_pretraining import moco_stage
 
     cfg, _, data = moco_run
     held = dataclasses.replace(cfg, validation_sequences=1)
@@ -132,7 +132,7 @@ def test_a_validation_split_is_left_out_of_the_pretraining_frames(moco_run):
 
 
 def test_the_probe_scores_moco_beside_random_and_is_cached(moco_run):
-    from ebm_jax.recipes.backbone_pretraining import probe
+    from ebm_jax.recipes.tracking.backbone_pretraining import probe
 
     cfg, ctx, data = moco_run
     result = probe(cfg, ctx, data)
@@ -144,7 +144,7 @@ def test_the_probe_scores_moco_beside_random_and_is_cached(moco_run):
 
 
 def test_the_probe_on_validation_holds_out_training_digits_and_caches_apart(moco_run):
-    from ebm_jax.recipes.backbone_pretraining import probe
+    from ebm_jax.recipes.tracking.backbone_pretraining import probe
 
     cfg, ctx, data = moco_run
     test = probe(cfg, ctx, data)
@@ -180,7 +180,7 @@ def test_a_tiny_variant_pretrains_a_tiny_moco_stage(config):
     (all of them, in the stage's or its probe's identity) give it its own stage."""
     import dataclasses
 
-    from ebm_jax.recipes.backbone_pretraining import MoCoPretraining, moco_stage
+    from ebm_jax.recipes.tracking.backbone_pretraining import MoCoPretraining, moco_stage
 
     cfg = tiny("--config.backbone=resnet18", "--config.init=moco", config=config)
     m = cfg.moco

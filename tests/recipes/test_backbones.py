@@ -64,7 +64,7 @@ def test_a_bad_pretrained_file_is_refused_first_and_fast(tmp_path, monkeypatch, 
     built."""
     import os as os_module
 
-    from ebm_jax.recipes import tracking_stages
+    from ebm_jax.recipes.tracking import stages as tracking_stages
     from tests.models.torch_files import write_torch_legacy
 
     state = random_resnet18_state(np.random.default_rng(0), (8, 8, 16, 32))
@@ -101,7 +101,7 @@ def _pretrained_file(tmp_path):
 
 
 def test_the_start_is_the_file_and_the_identity_its_content(tmp_path):
-    from ebm_jax.recipes.tracking_stages import backbone_identity, build_model
+    from ebm_jax.recipes.tracking.stages import backbone_identity, build_model
     from ebm_jax.train.stages import RunContext
 
     state, path = _pretrained_file(tmp_path)

@@ -11,11 +11,11 @@ import pytest
 
 from ebm_jax.cli import main
 from ebm_jax.config import ConfigError, load_config
-from ebm_jax.recipes import box_head_experiment as experiment
+from ebm_jax.recipes.tracking import box_head as experiment
 from ebm_jax.recipes import run_experiment
 from ebm_jax.recipes import tracking as recipe
-from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.tracking_arms import pairs_of, training_order
+from ebm_jax.recipes.tracking import stages as stages
+from ebm_jax.recipes.tracking.arms import pairs_of, training_order
 from ebm_jax.report import box_head as box_head_report
 from ebm_jax.report import tracking as report
 

@@ -14,8 +14,8 @@ from flax import nnx
 from ebm_jax.data.sequences import read_got10k
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.models.alexnet import SiamFCAlexNet
-from ebm_jax.recipes import box_head_stages
-from ebm_jax.recipes.box_head_stages import train_box_head
+from ebm_jax.recipes.tracking import box_head_stages
+from ebm_jax.recipes.tracking.box_head_stages import train_box_head
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.train.stages import RunContext
 

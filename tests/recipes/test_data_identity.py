@@ -15,7 +15,7 @@ import pytest
 from ebm_jax.config import load_config
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.io import content_hash
-from ebm_jax.recipes import tracking_stages
+from ebm_jax.recipes.tracking import stages as tracking_stages
 from ebm_jax.train.stages import RunContext
 
 CONFIG = Path(__file__).parents[2] / "experiments" / "tracking" / "siamfc_box.py"

@@ -10,7 +10,7 @@ import pytest
 
 from ebm_jax.config import ConfigError
 from ebm_jax.recipes import run_experiment
-from ebm_jax.recipes import socl as recipe
+from ebm_jax.recipes.tracking import socl as recipe
 from tests.recipes.socl_configs import CONFIGS, tiny
 from tests.recipes.socl_configs import quiet as _quiet
 
@@ -145,7 +145,7 @@ def test_arms_of_every_experiment():
 
 
 def test_budget_subset_spends_whole_sequences_in_one_order():
-    from ebm_jax.recipes.socl_stages import budget_subset
+    from ebm_jax.recipes.tracking.socl_stages import budget_subset
 
     annotated = [np.arange(n) for n in (4, 4, 2, 4, 0, 4)]
     idx, spent = budget_subset([None] * 6, annotated, 9, seed=0)
@@ -308,7 +308,7 @@ def test_sequences_without_points_fail_or_take_box_centres():
     import dataclasses as dc
 
     from ebm_jax.data.sequences import Sequence
-    from ebm_jax.recipes.socl_stages import point_annotations, points_from_boxes
+    from ebm_jax.recipes.tracking.socl_stages import point_annotations, points_from_boxes
 
     boxes = np.array([[11.0, 21.0, 10.0, 6.0], [13.0, 20.0, 8.0, 8.0]])
     seq = Sequence(name="real", frames=("a", "b"), boxes=boxes, image_size=(60, 80),

@@ -9,7 +9,7 @@ import pytest
 
 from ebm_jax.config import ConfigError
 from ebm_jax.recipes import run_experiment
-from ebm_jax.recipes import socl as recipe
+from ebm_jax.recipes.tracking import socl as recipe
 from tests.recipes.socl_configs import quiet as _quiet
 from tests.recipes.socl_configs import tiny
 
@@ -57,7 +57,7 @@ def test_stages_record_the_later_loss_switches_only_when_set():
     printed, the default now, is recorded, so that no stage of the old default (the
     symmetrised loss) is reused for it."""
     from ebm_jax.contrastive.socl import SoCLSettings
-    from ebm_jax.recipes.socl_stages import settings_identity
+    from ebm_jax.recipes.tracking.socl_stages import settings_identity
 
     assert SoCLSettings().symmetric is False
     ident = settings_identity(SoCLSettings())
@@ -69,7 +69,7 @@ def test_stages_record_the_later_loss_switches_only_when_set():
 
 
 def test_stages_record_the_fine_tuning_options_only_when_set():
-    from ebm_jax.recipes.socl_stages import fine_tune_identity
+    from ebm_jax.recipes.tracking.socl_stages import fine_tune_identity
 
     assert fine_tune_identity(tiny("table1")) == {}
     cfg = tiny("table1", "--config.freeze=conv2", "--config.backbone_lr_scale=0.1",
@@ -86,7 +86,7 @@ def test_the_loss_switches_are_config_fields_that_arms_override():
     """The setting chosen on the validation split can be run on the test split:
     --config.include_positive / symmetric / mix_scope set every arm's loss; an arm's own
     override (the LST study's) still wins."""
-    from ebm_jax.recipes.socl_stages import socl_settings
+    from ebm_jax.recipes.tracking.socl_stages import socl_settings
 
     cfg = tiny("table1", "--config.symmetric=False", "--config.mix_scope=pair",
                "--config.include_positive=True")
@@ -104,7 +104,7 @@ def test_the_top_temperature_is_calibrated_from_the_proposals_alone():
 
     from ebm_jax.data.sequences import Sequence
     from ebm_jax.models.alexnet import SiamFCAlexNet
-    from ebm_jax.recipes.socl_stages import calibration_maps, top_temperature
+    from ebm_jax.recipes.tracking.socl_stages import calibration_maps, top_temperature
     from ebm_jax.tracking.top_maps import box_cells
 
     points = np.array([[60.5, 50.5]] * 3)
@@ -212,7 +212,7 @@ def test_arm_temperature_lines_group_the_arms_of_one_temperature():
 
 def test_scene_groups_reach_the_training_split_and_the_socl_batches(monkeypatch, tmp_path):
     from ebm_jax.data import socl_pairs
-    from ebm_jax.recipes.tracking_data import generated_specs
+    from ebm_jax.recipes.tracking.data import generated_specs
 
     class Ctx:
         @staticmethod

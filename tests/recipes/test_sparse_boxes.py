@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ebm_jax.data.sequences import Sequence
-from ebm_jax.recipes.sparse_boxes import labelled_sequences
+from ebm_jax.recipes.tracking.sparse_boxes import labelled_sequences
 
 
 def _seq(name, n=7, absent=()):

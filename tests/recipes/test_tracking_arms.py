@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from ebm_jax.config import ConfigError, load_config
-from ebm_jax.recipes import socl, socl_stages, tracking
-from ebm_jax.recipes.tracking_arms import (
+from ebm_jax.recipes import tracking
+from ebm_jax.recipes.tracking import socl, socl_stages
+from ebm_jax.recipes.tracking.arms import (
     Arm,
     Tracker,
     Trained,

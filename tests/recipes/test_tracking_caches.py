@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ebm_jax.recipes import socl_stages, tracking_stages
+from ebm_jax.recipes.tracking import socl_stages
+from ebm_jax.recipes.tracking import stages as tracking_stages
 from ebm_jax.train.stages import RunContext
 from tests.recipes.small_sequences import small_sequences
 
@@ -144,8 +145,8 @@ def test_pseudo_boxes_resumed_from_the_cache_equal_fresh_ones(tmp_path, monkeypa
     import types
 
     from ebm_jax.config import load_config
-    from ebm_jax.recipes import sparse_boxes
-    from ebm_jax.recipes.tracking_stages import Trained
+    from ebm_jax.recipes.tracking import sparse_boxes
+    from ebm_jax.recipes.tracking.stages import Trained
     from ebm_jax.tracking import dcf
     from ebm_jax.tracking.pseudo_boxes import PseudoBoxes
 

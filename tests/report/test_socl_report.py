@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from ebm_jax.config import load_config
-from ebm_jax.recipes import socl as recipe
+from ebm_jax.recipes.tracking import socl as recipe
 from ebm_jax.report.socl import METRICS, socl_report
 
 CONFIG = (Path(__file__).parents[2] / "experiments" / "tracking"

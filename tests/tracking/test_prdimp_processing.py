@@ -18,7 +18,7 @@ from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.models.alexnet import SiamFCAlexNet
 from ebm_jax.ops.crops import box_to_center
 from ebm_jax.ops.jitter import REFERENCE, TEST, CropJitter, jittered_box, jittered_crop_np
-from ebm_jax.recipes.box_head_stages import build_box_head, probe_box_head
+from ebm_jax.recipes.tracking.box_head_stages import build_box_head, probe_box_head
 from ebm_jax.models.box_head import BoxHeadNet
 from ebm_jax.tracking.box_head import PRDIMP_FIELDS, BoxHeadSettings
 from ebm_jax.tracking.box_head_training import augment_appearance

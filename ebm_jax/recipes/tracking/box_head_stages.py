@@ -31,7 +31,7 @@ from ebm_jax.data.pipeline import stream_steps
 from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.models.box_head import BoxEnergyHead, BoxHeadNet
 from ebm_jax.models.box_head_atom import AtomBoxHead
-from ebm_jax.recipes.tracking_stages import timed_runner
+from ebm_jax.recipes.tracking.stages import timed_runner
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.box_head_tracker import make_box_head_tracker
 from ebm_jax.tracking.box_head_training import make_box_head_loss, training_crops

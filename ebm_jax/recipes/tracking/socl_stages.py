@@ -1,5 +1,5 @@
-"""The stages of the SoCL recipe (`ebm_jax.recipes.socl`), beside the tracking recipe's
-(data, Box-Siam, evaluation; `ebm_jax.recipes.tracking_stages`):
+"""The stages of the SoCL recipe (`ebm_jax.recipes.tracking.socl`), beside the tracking recipe's
+(data, Box-Siam, evaluation; `ebm_jax.recipes.tracking.stages`):
 
     <workdir>/top-<points>-<hash>/<sequence>.npz   TOP proposals of the annotated frames
                                                   (kept boxes and scores), one file per
@@ -15,7 +15,7 @@ Annotated frames: every `annotate_every`-th frame of a training sequence whose p
 usable (`ebm_jax.data.socl_pairs.point_frames`); the same frames carry the boxes of the
 box-annotated baselines, so that annotation costs compare frame for frame.
 
-Every `cfg` here is the recipe's Config (`ebm_jax.recipes.socl.Config`), which
+Every `cfg` here is the recipe's Config (`ebm_jax.recipes.tracking.socl.Config`), which
 this module never imports: a recipe imports its stages, never the reverse.
 """
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from ebm_jax.io import CorruptFileError
 from ebm_jax.recipes.item_cache import ItemCache
-from ebm_jax.recipes.tracking_stages import Trained
+from ebm_jax.recipes.tracking.stages import Trained
 from ebm_jax.tracking.top_maps import TopMapSettings
 
 
@@ -340,7 +340,7 @@ def train_socl(cfg, ctx, sequences, tops: dict, kind: str, data_identity,
     from ebm_jax.data.pipeline import stream_steps
     from ebm_jax.data.socl_pairs import context_batches
     from ebm_jax.data.tracking import scene_ids
-    from ebm_jax.recipes.tracking_stages import backbone_identity, build_model
+    from ebm_jax.recipes.tracking.stages import backbone_identity, build_model
     from ebm_jax.tracking import socl_siam
     from ebm_jax.train import create_train_state, make_train_step, merge_model
     from ebm_jax.train.stages import TrainStage

@@ -12,7 +12,7 @@ both are `context_side` frame px resampled to `input_size`, as the training regi
 The target cells are those inside the true box (`box_cells`); the TOP proposals of the
 pairs' frames are computed once and cached (`diag-top-clean-<hash>`).
 
-Every `cfg` here is the recipe's Config (`ebm_jax.recipes.socl.Config`).
+Every `cfg` here is the recipe's Config (`ebm_jax.recipes.tracking.socl.Config`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from ebm_jax.recipes import socl_stages as stages
-from ebm_jax.recipes import tracking_stages as tstages
+from ebm_jax.recipes.tracking import socl_stages as stages
+from ebm_jax.recipes.tracking import stages as tstages
 
 # arms whose models are backbones trained by the arm itself (not another arm's, not a
 # box head's)
@@ -169,7 +169,7 @@ def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
     "calibration", "top_check"}}) where it differs from the run's. None with
     `diagnostic_pairs=0`."""
     from ebm_jax.models.tracking_backbones import backbone_class
-    from ebm_jax.recipes.socl_arms import arm_settings
+    from ebm_jax.recipes.tracking.socl_arms import arm_settings
     from ebm_jax.tracking.top_maps import retemper
 
     cfg, ctx = env.cfg, env.ctx

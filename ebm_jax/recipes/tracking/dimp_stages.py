@@ -1,13 +1,14 @@
 """DiMP's classifier as a training stage and a tracker of the tracking recipe (Bhat et
 al. 2019; the centre of the EBM regression paper's tracker, sec. 5): `train_dimp` trains
 `DiMPNet` on a Box-Siam backbone with DiMP's samples, `dimp_runner` tracks with it
-(`ebm_jax.tracking.dimp_tracker`). The "dimp-centre" experiment of
-`ebm_jax.recipes.tracking` sets its centre beside SiamFC's and the DCF's.
+(`ebm_jax.tracking.dimp_tracker`). `dimp_centre_arms`: the arms of the "dimp-centre"
+experiment (`experiments.EXPERIMENTS`), its centre beside SiamFC's and the DCF's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import optax
 from flax import nnx
@@ -15,9 +16,14 @@ from flax import nnx
 from ebm_jax.data.dimp_samples import dimp_sample_batches
 from ebm_jax.data.pipeline import stream_steps
 from ebm_jax.ops.jitter import CropJitter
-from ebm_jax.recipes.tracking_stages import Trained, timed_runner
+from ebm_jax.models.tracking_backbones import backbone_class, tracking_backbone
+from ebm_jax.recipes.tracking import stages
+from ebm_jax.recipes.tracking.arms import Arm, Tracker, dcf_tracker, reuse_model
+from ebm_jax.recipes.tracking.stages import (Trained, TrackingRun, box_siam_arm,
+                                             timed_runner, training_split)
 from ebm_jax.tracking import dimp
 from ebm_jax.tracking import dimp_online as online
+from ebm_jax.tracking.dcf import DCFSettings
 from ebm_jax.tracking.dimp_tracker import DiMPTrackerSettings, make_dimp_tracker
 from ebm_jax.tracking.dimp_training import DiMPNet, make_dimp_loss
 from ebm_jax.train import create_train_state, make_train_step, merge_model
@@ -132,4 +138,44 @@ def dimp_runner(net, settings: DiMPTrackerSettings):
     return timed_runner(tracker, params)
 
 
-__all__ = ["DiMPTraining", "dimp_runner", "train_dimp"]
+def dimp_arm(env: TrackingRun, seed: int, used) -> Trained:
+    """DiMP's classifier trained on the same seed's frozen Box-Siam backbone and the
+    arms' training split (`train_dimp`)."""
+    box = used["box-siam"]
+    sequences, identity = training_split(env.data, env.cfg)
+    return train_dimp(env.ctx, sequences, data_identity=identity, backbone=box.model,
+                      backbone_identity=box.identity["trained"], settings=env.cfg.dimp,
+                      seed=seed)
+
+
+def dimp_centre_arms(cfg) -> list[Arm]:
+    """The centres a box branch would refine (does DiMP's classifier find the target
+    more often than SiamFC's centre?): SiamFC at one scale with the size kept, the
+    correlation filter on the same backbone, DiMP's classifier; all size-free."""
+    one_scale = dataclasses.replace(stages.SIAMFC, scale_num=1)
+    return [
+        Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static",)),
+        Arm("SiamFC centre", "siamfc-centre",
+            functools.partial(reuse_model, label="box-siam"), uses=("box-siam",),
+            tracker=Tracker("siamfc", one_scale, stages.siamfc_runner)),
+        Arm("DCF centre", "dcf-centre", functools.partial(reuse_model, label="box-siam"),
+            uses=("box-siam",), tracker=dcf_tracker(DCFSettings().for_backbone(
+                backbone_class(cfg.backbone)))),
+        Arm("DiMP centre", "dimp-centre", dimp_arm, uses=("box-siam",),
+            tracker=Tracker("dimp", cfg.dimp.tracker, dimp_runner),
+            compared_with=("SiamFC centre", "DCF centre")),
+    ]
+
+
+def check_dimp_centre(cfg) -> None:
+    """DiMP's filter against the crop's feature grid on the config's backbone level
+    (`DiMPTraining.check_geometry`), before anything is trained: the backbone is built
+    abstractly (`nnx.eval_shape`), for its level's geometry alone."""
+    abstract = nnx.eval_shape(lambda: tracking_backbone(cfg.backbone, width=cfg.width,
+                                                        rngs=nnx.Rngs(0)))
+    ((stride, offset),) = abstract.level_geometry((cfg.dimp.level,))
+    cfg.dimp.check_geometry(stride, offset)
+
+
+__all__ = ["DiMPTraining", "check_dimp_centre", "dimp_arm", "dimp_centre_arms",
+           "dimp_runner", "train_dimp"]

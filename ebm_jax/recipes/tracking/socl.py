@@ -19,7 +19,7 @@ table `EXPERIMENTS` (each experiment's arms, their pairs and the paper's figures
     table5    pseudo boxes from a box every T frames and points (SoCL-CF, the 20 px rule)
               train the NCE+ box head on SoCL-Siam's backbone, against the head on every
               true box and on the sparse boxes alone; the pseudo boxes' quality per T
-              (sec. 3.4 and 4.6, Table 5's scheme; `ebm_jax.recipes.sparse_boxes`)
+              (sec. 3.4 and 4.6, Table 5's scheme; `ebm_jax.recipes.tracking.sparse_boxes`)
     table4    annotation and training fees from the counts and the measured times
               (Table 4)
     lst       +mix-up against +LST under each variant of the choices the paper leaves
@@ -32,9 +32,9 @@ seed: the same initial weights and batch order), and a difference is called real
 where it exceeds twice its standard error. The hyperparameters are the paper's (tau,
 theta_b, b_p, Adam 3e-4 with a x0.1 drop at half); the model width, the number of steps,
 the batch of videos and the context size are scaled to the machine and chosen before
-any test-split result was seen. Stages: `ebm_jax.recipes.socl_stages`; each
-experiment's arms and their training: `ebm_jax.recipes.socl_arms`; the arm type and the
-runner shared with the tracking recipe: `ebm_jax.recipes.tracking_arms`. Config
+any test-split result was seen. Stages: `ebm_jax.recipes.tracking.socl_stages`; each
+experiment's arms and their training: `ebm_jax.recipes.tracking.socl_arms`; the arm type and the
+runner shared with the tracking recipe: `ebm_jax.recipes.tracking.arms`. Config
 files start from `preset` (quick, tiny, paper), so that the configs that share stages
 cannot drift apart.
 """
@@ -46,14 +46,14 @@ import math
 
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.contrastive.socl import SoCLSettings
-from ebm_jax.recipes import socl_arms as arms_lib
-from ebm_jax.recipes import socl_diagnostics
-from ebm_jax.recipes import socl_stages as stages
-from ebm_jax.recipes import sparse_boxes
+from ebm_jax.recipes.tracking import socl_arms as arms_lib
+from ebm_jax.recipes.tracking import socl_diagnostics
+from ebm_jax.recipes.tracking import socl_stages as stages
+from ebm_jax.recipes.tracking import sparse_boxes
 from ebm_jax.recipes import tracking
-from ebm_jax.recipes import tracking_stages as tstages
-from ebm_jax.recipes.socl_arms import SoCLRun, budgeted, point_kinds
-from ebm_jax.recipes.tracking_arms import Arm, Experiment, pairs_of, run_arms
+from ebm_jax.recipes.tracking import stages as tstages
+from ebm_jax.recipes.tracking.socl_arms import SoCLRun, budgeted, point_kinds
+from ebm_jax.recipes.tracking.arms import Arm, Experiment, pairs_of, run_arms
 from ebm_jax.report import Report
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.dcf import DCFSettings
@@ -69,6 +69,9 @@ class Config(tracking.Config):
     stages; tau, theta_b and b_p default to SoCLSettings' (the paper's)."""
 
     experiment: str = "table1"
+    # the tracking recipe's DiMP settings do not apply to SoCL's tables: None, so that a
+    # change of DiMP's defaults leaves SoCL's configs (and their stored runs) as they are
+    dimp: None = None
     points: str = "clean"  # SoCL's point annotations: "clean" (box centres) or "noisy"
     annotate_every: int = 2  # annotated frames: every this-many-th frame
     # softmax temperature of the TOP map (the paper names none): a number > 0, or

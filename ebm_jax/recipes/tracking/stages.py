@@ -1,9 +1,9 @@
 """The stages of the tracking recipe (`ebm_jax.recipes.tracking`): the data, the training
 stage of each Siamese tracker, and the per-sequence evaluation cache; the data are
-opened by `ebm_jax.recipes.tracking_data` (re-exported here).
+opened by `ebm_jax.recipes.tracking.data` (re-exported here).
 
     <workdir>/data/<split>-<hash>.records     the generated benchmark (its spec + seed;
-                                              `ebm_jax.recipes.tracking_data`)
+                                              `ebm_jax.recipes.tracking.data`)
     <workdir>/box-siam-s<seed>-<hash>         SiamFC trained on boxes (checkpoints, metrics)
     <workdir>/eval-<tracker>-<hash>/<set>/    one JSON per sequence (boxes, seconds per
                                               frame) in an `ItemCache`: a stopped
@@ -27,7 +27,7 @@ from ebm_jax.config import ConfigError
 from ebm_jax.data.tracking_pairs import PORT_PAIRS
 from ebm_jax.io import CorruptFileError, read_json
 from ebm_jax.recipes.item_cache import FULL_PRECISION, ItemCache
-from ebm_jax.recipes.tracking_data import (TrackingData, annotation_identity,  # noqa: F401
+from ebm_jax.recipes.tracking.data import (TrackingData, annotation_identity,  # noqa: F401
                                            generated_specs, open_data)
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.tracking.siamfc_training import PORT_TRAINING
@@ -79,7 +79,7 @@ def backbone_identity(cfg, data=None) -> dict:
     out = {"backbone": cfg.backbone, "pretrained": None if cfg.pretrained is None
            else _pretrained_file(*_file_stamp(cfg.pretrained))[0]}
     if cfg.init == "moco":
-        from ebm_jax.recipes.backbone_pretraining import moco_stage
+        from ebm_jax.recipes.tracking.backbone_pretraining import moco_stage
 
         out["moco"] = moco_stage(cfg, held_out(_needs_data(data), cfg)).full_identity
     return out
@@ -163,7 +163,7 @@ def build_model(cfg, ctx, stage_name: str, data=None):
 
         load_torchvision_resnet18(model, _pretrained_state(cfg.pretrained))
     if cfg.init == "moco":
-        from ebm_jax.recipes.backbone_pretraining import pretrained_backbone
+        from ebm_jax.recipes.tracking.backbone_pretraining import pretrained_backbone
 
         nnx.update(model, nnx.state(pretrained_backbone(cfg, ctx,
                                                         held_out(_needs_data(data), cfg))))

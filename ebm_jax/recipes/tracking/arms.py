@@ -23,8 +23,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.tracking_stages import Trained
+from ebm_jax.recipes.tracking import stages as stages
+from ebm_jax.recipes.tracking.stages import Trained
 
 __all__ = ["Arm", "ArmResults", "Experiment", "Tracker", "Trained", "dcf_tracker", "pairs_of",
            "reuse_model", "run_arms", "siamfc_tracker", "training_order"]
@@ -124,12 +124,16 @@ class Experiment:
     trackers' settings are chosen on a validation split gives `choose(env, seeds) ->
     (arms, record)`, run before any test-split tracking (the arms then carry the chosen
     settings; the record goes to the results); `after(env, arms, results, eval_sets)`
-    adds evaluations of its own to the `ArmResults` once every arm is tracked."""
+    adds evaluations of its own to the `ArmResults` once every arm is tracked.
+    `stages_per_seed(cfg)`: its training stages per seed (the progress's "stage i of
+    n"); `check(cfg)`: its own checks of the config, raised before any training."""
 
     arms: Callable[[Any], list[Arm]]
     paper: str = ""
     choose: Callable[[Any, Sequence[int]], tuple[list[Arm], dict]] | None = None
     after: Callable[[Any, Sequence[Arm], Any, Mapping], None] | None = None
+    stages_per_seed: Callable[[Any], int] | None = None
+    check: Callable[[Any], None] | None = None
 
 
 @dataclasses.dataclass

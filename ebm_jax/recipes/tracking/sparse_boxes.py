@@ -15,7 +15,7 @@ true boxes and the annotation cost per frame of each T (the tracker's measured s
 not the paper's 0.1 s) are `pseudo_box_sweep`, the experiment's `after`.
 
 `sparse_box_arms` and `pseudo_box_sweep` are the "table5" row of
-`ebm_jax.recipes.socl.EXPERIMENTS`; every `env` is that recipe's `SoCLRun`.
+`ebm_jax.recipes.tracking.socl.EXPERIMENTS`; every `env` is that recipe's `SoCLRun`.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ import math
 import numpy as np
 
 from ebm_jax.io import CorruptFileError, read_json
-from ebm_jax.recipes.box_head_experiment import box_head_tracker
-from ebm_jax.recipes.box_head_stages import train_box_head
+from ebm_jax.recipes.tracking.box_head import box_head_tracker
+from ebm_jax.recipes.tracking.box_head_stages import train_box_head
 from ebm_jax.recipes.item_cache import FULL_PRECISION, ItemCache
-from ebm_jax.recipes.socl_stages import point_annotations
-from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained, dcf_tracker, reuse_model
-from ebm_jax.recipes.tracking_stages import SIAMFC, dcf_settings
+from ebm_jax.recipes.tracking.socl_stages import point_annotations
+from ebm_jax.recipes.tracking.arms import Arm, Tracker, Trained, dcf_tracker, reuse_model
+from ebm_jax.recipes.tracking.stages import SIAMFC, dcf_settings
 from ebm_jax.report.statistics import mean_sd
 from ebm_jax.tracking.pseudo_boxes import (
     annotation_seconds_per_frame,

@@ -3,7 +3,7 @@ fully-supervised baseline of SoCL (Wu & Chan, Table 2), evaluated with the OTB a
 toolkit metrics beside two trackers that learn nothing: one that never moves (the first
 box in every frame) and SiamFC with its random initial backbone.
 
-Stages (see `ebm_jax.recipes.tracking_stages`):
+Stages (see `ebm_jax.recipes.tracking.stages`):
 
     <workdir>/data/<split>-<hash>         the generated benchmark (train and test splits,
                                           disjoint photos)
@@ -17,7 +17,7 @@ ones (Bertinetto et al. 2016, SiamFC); only the model width, the number of steps
 are scaled to the machine.
 
 The "box-head" experiment (the EBM regression paper, sec. 5, Table 4;
-`ebm_jax.recipes.box_head_experiment`) adds, per seed and loss, a box head trained on
+`ebm_jax.recipes.tracking.box_head`) adds, per seed and loss, a box head trained on
 that seed's Box-Siam, refined on the head's energy, against SiamFC's own scale search;
 its settings are chosen on the last `validation_sequences` of the training split:
 
@@ -35,23 +35,20 @@ import math
 
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
-from ebm_jax.models.tracking_backbones import BACKBONES, backbone_class, backbone_title
-from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.backbone_pretraining import MoCoPretraining
-from ebm_jax.recipes.dimp_stages import DiMPTraining, dimp_runner, train_dimp
-from ebm_jax.recipes.box_head_experiment import (TRACKER_CHOICES, box_head_arms,
-                                                 choose_box_head_arms,
-                                                 coarse_evaluation)
-from ebm_jax.recipes.tracking_arms import (Arm, Experiment, Trained, Tracker, dcf_tracker,
-                                           pairs_of, reuse_model, run_arms)
-from ebm_jax.recipes.tracking_stages import TrackingRun, box_siam_arm, training_split
+from ebm_jax.models.tracking_backbones import BACKBONES, backbone_title
+from ebm_jax.recipes.tracking import stages as stages
+from ebm_jax.recipes.tracking.backbone_pretraining import MoCoPretraining
+from ebm_jax.recipes.tracking.dimp_stages import DiMPTraining
+from ebm_jax.recipes.tracking.box_head import TRACKER_CHOICES
+from ebm_jax.recipes.tracking.arms import pairs_of, run_arms
+from ebm_jax.recipes.tracking.experiments import EXPERIMENTS, count_stages
+from ebm_jax.recipes.tracking.stages import TrackingRun, training_split
 from ebm_jax.report import Report
 from ebm_jax.report import box_head as box_head_report
 from ebm_jax.report import tracking as report
 from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
                                        sequence_difference)
 from ebm_jax.tracking.box_head import TRACKING_METHODS, BoxHeadSettings
-from ebm_jax.tracking.dcf import DCFSettings
 from ebm_jax.train.stages import RunContext
 
 __all__ = ["BoxHeadSettings", "Config", "MoCoPretraining", "check", "preset", "run"]
@@ -95,7 +92,7 @@ class Config:
     backbone: str = "alexnet"
     pretrained: str | None = None
     # "random", or "moco": the backbone pretrained offline by MoCo on the training
-    # split's unlabelled frames and photo pool (`ebm_jax.recipes.backbone_pretraining`,
+    # split's unlabelled frames and photo pool (`ebm_jax.recipes.tracking.backbone_pretraining`,
     # with the settings `moco`), the start of every arm in place of random weights
     init: str = "random"
     moco: MoCoPretraining = MoCoPretraining()
@@ -139,7 +136,7 @@ class Config:
     # through these (`train_box_head`'s prefix stages); () = box_head.steps only
     box_head_lengths: tuple[int, ...] = ()
     # the tracker options compared on the validation split by tracking AUC, once the
-    # step lengths are chosen (`box_head_experiment.TRACKER_CHOICES`); () keeps
+    # step lengths are chosen (`box_head.TRACKER_CHOICES`); () keeps
     # box_head's own
     tracker_choices: tuple[str, ...] = tuple(TRACKER_CHOICES)
     # the dimp-centre experiment: DiMP's classifier on the frozen Box-Siam backbone,
@@ -312,15 +309,9 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
         cfg.batch_size * 0.4 * (tracking_backbone_flops(cfg.backbone, cfg.width, 255)
                                 + tracking_backbone_flops(cfg.backbone, cfg.width, 127)),
         hint="lower --config.batch_size or --config.width")
-    if cfg.experiment == "dimp-centre":  # DiMP's filter against the crop's grid
-        from flax import nnx
-
-        from ebm_jax.models.tracking_backbones import tracking_backbone
-
-        abstract = nnx.eval_shape(lambda: tracking_backbone(cfg.backbone, width=cfg.width,
-                                                            rngs=nnx.Rngs(0)))
-        ((stride, offset),) = abstract.level_geometry((cfg.dimp.level,))
-        cfg.dimp.check_geometry(stride, offset)
+    experiment = EXPERIMENTS[cfg.experiment]
+    if experiment.check is not None:
+        experiment.check(cfg)
     data = stages.open_data(cfg, ctx)
     from ebm_jax.data.tracking_pairs import pair_batches
 
@@ -331,68 +322,6 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
     pair_batches(training_split(data, cfg)[0], batch_size=cfg.batch_size,
                  max_gap=cfg.max_gap, seed=0, **pairs)
     return data
-
-
-def random_start(env: TrackingRun, seed: int, used) -> Trained:
-    """SiamFC with the random initial backbone of the same seed's Box-Siam."""
-    box = used["box-siam"]
-    return Trained(stages.build_model(env.cfg, env.ctx, box.stage, env.data),
-                   {"start_of": box.identity["trained"]})
-
-
-def dimp_arm(env: TrackingRun, seed: int, used) -> Trained:
-    """DiMP's classifier trained on the same seed's frozen Box-Siam backbone and the
-    arms' training split (`dimp_stages.train_dimp`)."""
-    box = used["box-siam"]
-    sequences, identity = training_split(env.data, env.cfg)
-    return train_dimp(env.ctx, sequences, data_identity=identity, backbone=box.model,
-                      backbone_identity=box.identity["trained"], settings=env.cfg.dimp,
-                      seed=seed)
-
-
-def dimp_centre_arms(cfg) -> list[Arm]:
-    """The centres a box branch would refine (issue: does DiMP's classifier find the
-    target more often than SiamFC's centre?): SiamFC at one scale with the size kept,
-    the correlation filter on the same backbone, DiMP's classifier; all size-free."""
-    one_scale = dataclasses.replace(stages.SIAMFC, scale_num=1)
-    return [
-        Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static",)),
-        Arm("SiamFC centre", "siamfc-centre",
-            functools.partial(reuse_model, label="box-siam"), uses=("box-siam",),
-            tracker=Tracker("siamfc", one_scale, stages.siamfc_runner)),
-        Arm("DCF centre", "dcf-centre", functools.partial(reuse_model, label="box-siam"),
-            uses=("box-siam",), tracker=dcf_tracker(DCFSettings().for_backbone(
-                backbone_class(cfg.backbone)))),
-        Arm("DiMP centre", "dimp-centre", dimp_arm, uses=("box-siam",),
-            tracker=Tracker("dimp", cfg.dimp.tracker, dimp_runner),
-            compared_with=("SiamFC centre", "DCF centre")),
-    ]
-
-
-# The table of experiments: each one's arms, in the order of its tables, each with its
-# training, its tracker (SiamFC's scale search unless given), the arms whose models it
-# uses (same seed) and the arms it is compared with ("static": the first box in every
-# frame, tracked once per set). A new tracker is one more line here.
-EXPERIMENTS = {
-    "box-siam": Experiment(lambda cfg: [
-        Arm("random", "random", random_start, uses=("box-siam",)),
-        Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static", "random"))]),
-    "box-head": Experiment(box_head_arms, paper="the EBM regression paper's Table 4",
-                           choose=choose_box_head_arms, after=coarse_evaluation),
-    "dimp-centre": Experiment(dimp_centre_arms),
-}
-
-
-def count_stages(cfg: Config) -> int | None:
-    """The run's training stages, for "stage i of n" and the run's ETA: per seed a
-    Box-Siam and, for the box-head experiment, a head per loss, training sigmas and
-    training length; the MoCo start once. None for other experiments."""
-    per_seed = {"box-siam": 1, "dimp-centre": 2,
-                "box-head": 1 + len(cfg.box_head_methods) * len(
-        cfg.sigma_grid or (cfg.box_head.sigmas,)) * (len(cfg.box_head_lengths) + 1)}
-    if cfg.experiment not in per_seed:
-        return None
-    return len(cfg.seeds) * per_seed[cfg.experiment] + (cfg.init == "moco")
 
 
 def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
@@ -488,7 +417,7 @@ def backbone_start(cfg, ctx, data) -> dict:
     """The MoCo start's settings and probe, for the results (`init="moco"`)."""
     import dataclasses as dc
 
-    from ebm_jax.recipes.backbone_pretraining import probe
+    from ebm_jax.recipes.tracking.backbone_pretraining import probe
 
     return {"settings": dc.asdict(cfg.moco),
             "probe": probe(cfg, ctx, stages.held_out(data, cfg))}

@@ -1,4 +1,4 @@
-"""The arms of the SoCL recipe's experiments (`ebm_jax.recipes.socl.EXPERIMENTS`): what
+"""The arms of the SoCL recipe's experiments (`ebm_jax.recipes.tracking.socl.EXPERIMENTS`): what
 each arm trains and on which sequences, and each experiment's table of arms (Wu & Chan,
 "Learning Tracking Representations from Single Point Annotations": Tables 1-6, Figures
 7 and 8). Every `cfg` is the recipe's Config, which this module never imports: a recipe
@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ebm_jax.recipes import socl_stages as stages
-from ebm_jax.recipes import sparse_boxes
-from ebm_jax.recipes import tracking_stages as tstages
-from ebm_jax.recipes.tracking_arms import Arm, Trained, dcf_tracker, reuse_model
+from ebm_jax.recipes.tracking import socl_stages as stages
+from ebm_jax.recipes.tracking import sparse_boxes
+from ebm_jax.recipes.tracking import stages as tstages
+from ebm_jax.recipes.tracking.arms import Arm, Trained, dcf_tracker, reuse_model
 
 __all__ = ["LST_VARIANTS", "START", "SoCLRun", "TRAINED", "arm_settings", "budgeted",
            "figure7", "figure8", "lst_study", "point_kinds", "split_overrides",

@@ -99,7 +99,7 @@ class MoCoPretraining:
 def moco_stage(cfg, data):
     """The MoCo stage (`TrainStage`) of `cfg` on the frames of `data`'s training split (a
     `TrackingData` whose validation split the caller has held out,
-    `tracking_stages.held_out`): its identity holds the settings, the backbone, the
+    `stages.held_out`): its identity holds the settings, the backbone, the
     width and the pretraining images' source."""
     from ebm_jax.data.tracking import PHOTO_POOLS
     from ebm_jax.train.stages import TrainStage

@@ -18,10 +18,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from ebm_jax.recipes import tracking_stages as stages
-from ebm_jax.recipes.box_head_stages import box_head_runner, probe_box_head, train_box_head
-from ebm_jax.recipes.tracking_arms import Arm, Tracker, Trained
-from ebm_jax.recipes.tracking_stages import box_siam_arm
+from ebm_jax.recipes.tracking import stages as stages
+from ebm_jax.recipes.tracking.box_head_stages import box_head_runner, probe_box_head, train_box_head
+from ebm_jax.recipes.tracking.arms import Arm, Tracker, Trained
+from ebm_jax.recipes.tracking.stages import box_siam_arm
 from ebm_jax.tracking.box_head import BoxHeadSettings
 
 __all__ = ["LOSS_PAIRS", "TRACKER_CHOICES", "best_candidate", "box_head_arms",
