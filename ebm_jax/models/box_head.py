@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from ebm_jax.models.tracking_backbones import detached_copy
 from ebm_jax.ops.prroi_pool import _is_concrete, check_boxes, prroi_pool
 
 
@@ -210,12 +211,6 @@ class BoxEnergyHead(BoxHeadLevels):
 
 
 
-def _copy(module: nnx.Module) -> nnx.Module:
-    """A copy of `module` that shares no array with it."""
-    graphdef, state = nnx.split(module)
-    return nnx.merge(graphdef, jax.tree.map(lambda x: jnp.array(x, copy=True), state))
-
-
 class BoxHeadNet(nnx.Module):
     """A tracking backbone and its box head, trained together as one module: `levels(x)`
     is the backbone's `features(x, levels)` (the head's input levels), held constant in
@@ -235,9 +230,9 @@ class BoxHeadNet(nnx.Module):
         self.levels_used = tuple(int(lv) for lv in levels)
         head.check_geometry(backbone.level_geometry(self.levels_used),
                             backbone.level_channels(self.levels_used))
-        self.backbone = _copy(backbone)
+        self.backbone = detached_copy(backbone)
         self.backbone.eval()
-        self.head = _copy(head)
+        self.head = detached_copy(head)
         self.frozen = bool(frozen)
 
     def levels(self, images: jax.Array) -> tuple:

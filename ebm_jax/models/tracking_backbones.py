@@ -32,6 +32,14 @@ def check_backbone(name: str) -> str:
     return name
 
 
+def detached_copy(module: nnx.Module) -> nnx.Module:
+    """A copy of `module` that shares no array with it: a branch built on a trained
+    backbone (the box head's `BoxHeadNet`, DiMP's `DiMPNet`) holds its own, so a train
+    step that donates the branch's state leaves the backbone that other arms use intact."""
+    graphdef, state = nnx.split(module)
+    return nnx.merge(graphdef, jax.tree.map(lambda x: jnp.array(x, copy=True), state))
+
+
 def backbone_class(name: str) -> type:
     """The module class of backbone `name`."""
     return {"alexnet": SiamFCAlexNet, "resnet18": SiamResNet18}[check_backbone(name)]

@@ -6,6 +6,10 @@ copies, with the tracker options of `BoxHeadSettings` (`ebm_jax.tracking.box_hea
     tracker, params = make_box_head_tracker(backbone, head, BoxHeadSettings())
     state = tracker.init(params, frame, box_xywh)
     state, box = tracker.update(params, state, frame)  # jitted, one trace per frame shape
+
+The refinement alone (`make_box_refiner`) composes with any coarse centre: DiMP's
+(`ebm_jax.tracking.dimp_tracker`, the EBM regression paper's tracker) takes it as its
+box branch.
 """
 
 from __future__ import annotations
@@ -34,6 +38,27 @@ from ebm_jax.tracking.siamfc import SiamFCSettings, Tracker, make_tracker
 _JITTER = 0
 
 
+class RefinerState(NamedTuple):
+    """modulation: the target's modulation vectors (one per level); key: raw key data
+    of the candidates' jitter."""
+
+    modulation: tuple
+    key: jax.Array
+
+
+class BoxRefiner(NamedTuple):
+    """`init(params, frame, center, size, pad) -> RefinerState`: the target's
+    modulation from a crop centred on the first box; `refine(params, state, frame,
+    center, size, pad, frame_no) -> (center, size)`: the box the head's energy ascent
+    reaches from the coarse one (centre (cy, cx) and size (h, w) in frame pixels,
+    0-indexed), kept on the frame and at least `min_size`; the coarse box where the
+    refined one is not finite or not accepted.
+    Pure and traceable; `params` = (backbone state, head state)."""
+
+    init: Any
+    refine: Any
+
+
 class BoxHeadState(NamedTuple):
     """siamfc: SiamFC's state (centre, size, template, search side, padding colour,
     last response peak); modulation: the target's modulation vectors (one per level);
@@ -47,22 +72,18 @@ class BoxHeadState(NamedTuple):
     best_peak: jax.Array
 
 
-def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
-                          settings: BoxHeadSettings = BoxHeadSettings(),
-                          siamfc: SiamFCSettings = SiamFCSettings(), *,
-                          levels=None, refine: bool = True, seed: int = 0,
-                          jit: bool = True) -> tuple[Tracker, tuple]:
-    """(tracker, params): SiamFC (one scale, `siamfc` otherwise) with the box head's
-    refinement; params = (backbone state in eval mode, head state). `init(params, frame,
-    box)` also computes the target's modulation (the reference crop: search_size,
-    centred on the box). `update(params, state, frame) -> (state, box)`: SiamFC's
-    coarse centre with the previous size; with `refine`, a search_size crop centred
-    there, the head's test features, `num_candidates` starting boxes (the estimate and
-    jittered copies, keys fold_in(fold_in(key(seed), frame), 0)), `ascend_boxes`, the
-    mean of the top k; then the size and centre limits of `BoxHeadSettings` (a
-    non-finite refined box falls back to the coarse one). `refine=False` gives the
-    coarse box (for timing the refinement). Both are jitted unless `jit=False`.
-    Boxes are xywh (1-indexed). `levels`: default the backbone's `box_head_levels`."""
+def make_box_refiner(backbone: nnx.Module, head: nnx.Module,
+                     settings: BoxHeadSettings = BoxHeadSettings(),
+                     siamfc: SiamFCSettings = SiamFCSettings(), *, levels=None,
+                     seed: int = 0) -> tuple[BoxRefiner, tuple]:
+    """(refiner, params) of the box head's refinement (`BoxRefiner`; the EBM regression
+    paper, sec. 5; ATOM's refinement): a `siamfc.search_size` crop of side
+    `settings.head_side` around the coarse box, the head's test features,
+    `num_candidates` starting boxes (the coarse box and jittered copies, keys
+    fold_in(fold_in(key(seed), frame_no), 0)), `ascend_boxes`, the mean of the top k,
+    then `accept_margin`, `refine_center` and `size_update` of `BoxHeadSettings`.
+    `levels`: default the backbone's `box_head_levels`; params = (backbone state in
+    eval mode, head state)."""
     levels = tuple(backbone.box_head_levels if levels is None else levels)
     model = nnx.clone(backbone)
     model.eval()
@@ -70,12 +91,6 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     graph_b, state_b = nnx.split(model)
     graph_h, state_h = nnx.split(head)
     s, size = settings, siamfc.search_size
-    coarse_settings = dataclasses.replace(siamfc, scale_num=1)
-
-    def embed(params, images):
-        return nnx.merge(graph_b, params)(images)
-
-    siam = make_tracker(embed, coarse_settings)
     lengths = jnp.asarray(s.step_lengths, jnp.float32)
     jitter_scale = jnp.asarray([s.jitter_center, s.jitter_center, s.jitter_size,
                                 s.jitter_size], jnp.float32)
@@ -83,28 +98,24 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     def features(params_b, crop):
         return [lv[0] for lv in nnx.merge(graph_b, params_b).features(crop[None], levels)]
 
-    def init(params, frame, box) -> BoxHeadState:
+    def init(params, frame, center, box_size, pad) -> RefinerState:
         params_b, params_h = params
-        frame = jnp.asarray(frame)
-        siam_state = siam.init(params_b, frame, box)
-        side = s.head_side(siamfc, siam_state.size[0], siam_state.size[1])
-        crop = crop_square(frame, siam_state.center, side, size, siam_state.pad)
-        ref_box = crop_box(siam_state.center, siam_state.size, siam_state.center, side, size)
+        side = s.head_side(siamfc, box_size[0], box_size[1])
+        crop = crop_square(frame, center, side, size, pad)
+        ref_box = crop_box(center, box_size, center, side, size)
         modulation = nnx.merge(graph_h, params_h).modulation(features(params_b, crop),
                                                              ref_box)
-        key = jax.random.key_data(jax.random.key(seed))
-        return BoxHeadState(siam_state, modulation, key, jnp.zeros((), jnp.int32),
-                            jnp.zeros((), jnp.float32))
+        return RefinerState(modulation, jax.random.key_data(jax.random.key(seed)))
 
-    def refine_box(params, state: BoxHeadState, frame, center, box_size):
+    def refine(params, state: RefinerState, frame, center, box_size, pad, frame_no):
         params_b, params_h = params
         head_m = nnx.merge(graph_h, params_h)
         side = s.head_side(siamfc, box_size[0], box_size[1])
-        crop = crop_square(frame, center, side, size, state.siamfc.pad)
+        crop = crop_square(frame, center, side, size, pad)
         test = head_m.test_features(features(params_b, crop))
         coarse = crop_box(center, box_size, center, side, size)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.wrap_key_data(state.key),
-                                                    state.frame), _JITTER)
+                                                    frame_no), _JITTER)
         noise = (jax.random.uniform(key, (s.num_candidates - 1, 4)) - 0.5) * jitter_scale
         y0 = encode_relative(coarse, coarse)
         starts = decode_relative(
@@ -123,12 +134,49 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
             f_best, f_coarse = head_m.score(state.modulation, test,
                                             jnp.stack([best, coarse]))
             ok &= f_best - f_coarse > s.accept_margin
-        if not s.refine_center:  # SiamFC's centre kept, the head sizes the box
+        if not s.refine_center:  # the coarse centre kept, the head sizes the box
             new_center = center
         # a damped size update in log space: size^(1 - d) x refined^d
         new_size = jnp.exp((1 - s.size_update) * jnp.log(box_size)
                            + s.size_update * jnp.log(new_size))
-        return jnp.where(ok, new_center, center), jnp.where(ok, new_size, box_size)
+        return keep_on_frame(jnp.where(ok, new_center, center),
+                             jnp.where(ok, new_size, box_size), frame.shape, s.min_size)
+
+    return BoxRefiner(init, refine), (state_b, state_h)
+
+
+def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
+                          settings: BoxHeadSettings = BoxHeadSettings(),
+                          siamfc: SiamFCSettings = SiamFCSettings(), *,
+                          levels=None, refine: bool = True, seed: int = 0,
+                          jit: bool = True) -> tuple[Tracker, tuple]:
+    """(tracker, params): SiamFC (one scale, `siamfc` otherwise) with the box head's
+    refinement (`make_box_refiner`); params = (backbone state in eval mode, head state).
+    `init(params, frame, box)` also computes the target's modulation (the reference
+    crop: search_size, centred on the box). `update(params, state, frame) -> (state,
+    box)`: SiamFC's coarse centre with the previous size; with `refine`, the refiner's
+    box, then the size and centre limits of `BoxHeadSettings`. `refine=False` gives the
+    coarse box (for timing the refinement). Both are jitted unless `jit=False`.
+    Boxes are xywh (1-indexed)."""
+    refiner, (state_b, state_h) = make_box_refiner(backbone, head, settings, siamfc,
+                                                   levels=levels, seed=seed)
+    model = nnx.clone(backbone)
+    model.eval()
+    graph_b, _ = nnx.split(model)
+    s = settings
+    coarse_settings = dataclasses.replace(siamfc, scale_num=1)
+
+    def embed(params, images):
+        return nnx.merge(graph_b, params)(images)
+
+    siam = make_tracker(embed, coarse_settings)
+
+    def init(params, frame, box) -> BoxHeadState:
+        frame = jnp.asarray(frame)
+        siam_state = siam.init(params[0], frame, box)
+        r = refiner.init(params, frame, siam_state.center, siam_state.size, siam_state.pad)
+        return BoxHeadState(siam_state, r.modulation, r.key, jnp.zeros((), jnp.int32),
+                            jnp.zeros((), jnp.float32))
 
     def update(params, state: BoxHeadState, frame):
         frame = jnp.asarray(frame)
@@ -137,8 +185,9 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
                                   s.min_size)
         best_peak = jnp.maximum(state.best_peak, siam_state.peak)
         if refine:
-            refined = keep_on_frame(*refine_box(params, state, frame, center, box_size),
-                                    frame.shape, s.min_size)
+            refined = keep_on_frame(*refiner.refine(
+                params, RefinerState(state.modulation, state.key), frame, center,
+                box_size, state.siamfc.pad, state.frame), frame.shape, s.min_size)
             if s.lost_ratio is not None:  # the coarse box where the target seems lost
                 lost = (best_peak > 0) & (siam_state.peak < s.lost_ratio * best_peak)
                 refined = tuple(jnp.where(lost, c, r)
@@ -160,4 +209,5 @@ def make_box_head_tracker(backbone: nnx.Module, head: nnx.Module,
     return Tracker(checked_init, update), (state_b, state_h)
 
 
-__all__ = ["BoxHeadState", "make_box_head_tracker"]
+__all__ = ["BoxHeadState", "BoxRefiner", "RefinerState", "make_box_head_tracker",
+           "make_box_refiner"]

@@ -1,13 +1,18 @@
 """DiMP's tracker on frames (Bhat et al. 2019, sec. 3.5), as a pair of pure functions:
 the target model predicted from the first frame and its augmented copies, the centre
 from the score map's peak in each new frame, the sample memory and the model update
-(`ebm_jax.tracking.dimp_online`). The box keeps its size (DiMP sizes it with its box
-branch: the energy-based head of `ebm_jax.tracking.box_head_tracker` is that branch
-here, composed on top of this centre).
+(`ebm_jax.tracking.dimp_online`). Alone, the box keeps its first size; with a box
+branch (`refiner`: the energy-based head's refinement of
+`ebm_jax.tracking.box_head_tracker.make_box_refiner`, as the EBM regression paper's
+tracker, sec. 5) each found centre and the current size are refined by it before the
+frame joins the sample memory, as DiMP does with its IoU-Net branch.
 
     tracker, params = make_dimp_tracker(net, DiMPTrackerSettings())
     state = tracker.init(params, frame, box_xywh)
     state, box = tracker.update(params, state, frame)    # jitted; boxes xywh, 1-indexed
+
+    refiner, refiner_params = make_box_refiner(backbone, head, BoxHeadSettings())
+    tracker, params = make_dimp_tracker(net, settings, refiner=(refiner, refiner_params))
 
 Crops: the score map covers a square of `search_area_factor` x sqrt(w h) around the
 current estimate (pytracking's search area); the crop, resampled to `crop_size` pixels
@@ -68,12 +73,14 @@ class DiMPState(NamedTuple):
     memory: online.Memory
     frame: jax.Array  # updates so far
     score: jax.Array  # the last peak score
+    refiner: Any = None  # the box branch's state (`RefinerState`), when there is one
 
 
 def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings(), *,
-                      jit: bool = True) -> tuple[Tracker, Any]:
+                      refiner=None, jit: bool = True) -> tuple[Tracker, Any]:
     """(tracker, params) for a `DiMPNet` (`ebm_jax.tracking.dimp_training`) in eval
-    mode; params the net's state."""
+    mode; params the net's state. `refiner`: (a `BoxRefiner`, its params), the box
+    branch; params are then (the net's state, the refiner's params)."""
     model = nnx.clone(net)
     model.eval()
     graph, state_n = nnx.split(model)
@@ -95,7 +102,13 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         return dimp.to_cells(crop_box(center, box_size, crop_center, side, size), m.stride,
                              m.offset)
 
+    box_branch = refiner[0] if refiner is not None else None
+
+    def split(params):
+        return params if box_branch is not None else (params, None)
+
     def init(params, frame, box) -> DiMPState:
+        params, params_r = split(params)
         frame = jnp.asarray(frame, jnp.float32)
         cy, cx, h, w = box_to_center(box)
         center, box_size = jnp.stack([cy, cx]), jnp.stack([h, w])
@@ -116,10 +129,13 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
                                          num_iter=o.init_iter,
                                          init_features=m.features.filter_features(feats))
         memory = online.init_memory(feats, cells, o.capacity)
+        branch = (box_branch.init(params_r, frame, center, box_size, pad)
+                  if box_branch is not None else None)
         return DiMPState(center, box_size, pad, filt, memory, jnp.zeros((), jnp.int32),
-                         jnp.ones((), jnp.float32))
+                         jnp.ones((), jnp.float32), branch)
 
     def update(params, state: DiMPState, frame):
+        params, params_r = split(params)
         frame = jnp.asarray(frame, jnp.float32)
         side = side_of(state.size)
         crop = crop_square(frame, state.center, side, size, state.pad)
@@ -131,9 +147,15 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         mid = (size - 1) / 2
         found_center = state.center + (crop_yx - mid) * side / size
         center = jnp.where(loc.found, found_center, state.center)
+        box_size = state.size
+        if box_branch is not None:  # the box branch refines a found target's box
+            r_center, r_size = box_branch.refine(params_r, state.refiner, frame, center,
+                                                 state.size, state.pad, state.frame)
+            center = jnp.where(loc.found, r_center, center)
+            box_size = jnp.where(loc.found, r_size, state.size)
         frame_no = state.frame + 1
         lr = jnp.where(loc.hard_negative, o.hard_negative_learning_rate, o.learning_rate)
-        sample_box = cells_box(m, center, state.size, state.center, side)
+        sample_box = cells_box(m, center, box_size, state.center, side)
         memory = jax.tree.map(
             lambda new, old: jnp.where(loc.found, new, old),
             online.add_sample(state.memory, feats[0], sample_box, lr, o.keep_initial),
@@ -146,8 +168,9 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
             lambda f: online.refine_filter(params_p, p, f, memory, o.update_iter),
             lambda f: online.refine_filter(params_p, p, f, memory, o.hard_negative_iter),
         ], state.filt)
-        new = DiMPState(center, state.size, state.pad, filt, memory, frame_no, loc.score)
-        return new, center_to_box(center[0], center[1], state.size[0], state.size[1])
+        new = DiMPState(center, box_size, state.pad, filt, memory, frame_no, loc.score,
+                        state.refiner)
+        return new, center_to_box(center[0], center[1], box_size[0], box_size[1])
 
     if jit:
         init, update = jax.jit(init), jax.jit(update)
@@ -156,6 +179,8 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         check_first_box(frame, box)
         return init(params, frame, jnp.asarray(box, jnp.float32))
 
+    if refiner is not None:
+        return Tracker(checked_init, update), (state_n, refiner[1])
     return Tracker(checked_init, update), state_n
 
 

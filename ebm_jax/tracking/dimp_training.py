@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ebm_jax.models.dimp_features import DiMPFeatures
+from ebm_jax.models.tracking_backbones import detached_copy
 from ebm_jax.tracking import dimp
 
 
@@ -88,12 +89,18 @@ class DiMPNet(nnx.Module):
     `ebm_jax.models.tracking_backbones` net), the classification features on one of its
     levels (`features`, `DiMPFeatures`) and the predictor's learned parameters (label,
     mask and spatial-weight functions, beta, lambda) as Params. `frozen_backbone`: the
-    backbone's gradients are stopped (the frozen-backbone variant)."""
+    backbone's gradients are stopped and it runs in eval mode, its batch norm on its
+    running statistics (the frozen-backbone variant: the features the classifier
+    learns on are those it tracks with). The backbone is copied, arrays included
+    (`detached_copy`): training the net (whose train step donates its state) leaves the
+    caller's backbone as it was."""
 
     def __init__(self, backbone, level: int, settings: dimp.PredictorSettings, *,
                  channels: int = 32, frozen_backbone: bool = False, rngs: nnx.Rngs):
         settings.check()
-        self.backbone = backbone
+        self.backbone = detached_copy(backbone)
+        if frozen_backbone:
+            self.backbone.eval()
         self.level = int(level)
         self.frozen_backbone = bool(frozen_backbone)
         (in_channels,) = backbone.level_channels((self.level,))

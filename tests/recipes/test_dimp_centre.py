@@ -35,3 +35,27 @@ def test_a_filter_larger_than_the_crops_grid_is_refused_before_training(tmp_path
         in err and "allowed: 1 to 22" in err
     assert not (tmp_path / "out").exists()
     assert not any(runs.glob("box-siam-*"))  # nothing trained
+
+
+def test_the_tiny_table4_run_tracks_dimp_refined_by_each_head(tmp_path, capsys):
+    """The EBM regression paper's Table 4 as the paper builds it: DiMP's centre refined
+    by the box head of each loss, beside DiMP alone and the heads on SiamFC's centre."""
+    out = tmp_path / "out"
+    assert cli.main(["run", "ebm_table4_dimp:tiny", "--workdir", str(tmp_path / "runs"),
+                     "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    data = json.loads((out / "results.json").read_text())
+    rows = data["tables"]["generated-test"]
+    assert {"box-siam", "DiMP centre", "box-head-kld-is", "box-head-nce", "DiMP-kld-is",
+            "DiMP-nce"} <= set(rows)
+    summary = data["summary"]["generated-test"]
+    for pair in ("DiMP-kld-is vs DiMP centre", "DiMP-kld-is vs box-head-kld-is",
+                 "DiMP-nce vs DiMP centre", "DiMP-nce vs DiMP-kld-is"):
+        assert pair in summary
+    # the refined tracker reports boxes of other sizes than the first frame's
+    sizes = {tuple(b[2:]) for r in rows["DiMP-kld-is"] for b in r.get("boxes", [])}
+    assert "generated-val" in data["tables"]
+    stages = [k for k in data["training"]]
+    assert sum(k.startswith("box-head-") for k in stages) == 2
+    assert sum(k.startswith("dimp-") for k in stages) == 1
+    del sizes

@@ -2,6 +2,8 @@
 target across a noisy background with the model it learns online, keeps its estimate
 where the target leaves the frame, and its settings are checked."""
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -130,3 +132,53 @@ def test_the_tracker_is_deterministic_and_jitted():
 def test_bad_tracker_settings_are_one_line(change, says):
     with pytest.raises(ValueError, match=says):
         DiMPTrackerSettings(**change)
+
+
+class _Widening(NamedTuple):
+    """A stand-in box branch: each refinement widens the box by its params' factor and
+    counts its calls in its state (the box head's own refinement is tested with the
+    box-head tracker)."""
+
+    init: object
+    refine: object
+
+
+def _widening_branch():
+    def init(params, frame, center, size, pad):
+        return jnp.zeros((), jnp.int32)
+
+    def refine(params, state, frame, center, size, pad, frame_no):
+        return center, size * jnp.asarray([1.0, params["widen"]])
+
+    return _Widening(init, refine), {"widen": jnp.asarray(1.1, jnp.float32)}
+
+
+def test_a_box_branch_sizes_found_targets_and_its_box_joins_the_memory():
+    """With a box branch (DiMP's IoU-Net there, the energy-based head here), the size
+    of a found target is the branch's, the sample added to the memory carries that box,
+    and a frame where the target is not found keeps the last box."""
+    frames, truth = _video()
+    tracker, params = make_dimp_tracker(_net(), SETTINGS, refiner=_widening_branch())
+    state = tracker.init(params, frames[0], truth[0])
+    widths = []
+    for t in range(1, len(frames)):
+        before = state
+        state, box = tracker.update(params, state, frames[t])
+        widths.append(float(np.asarray(box)[2]))
+        found = float(state.score) >= SETTINGS.online.not_found_threshold
+        if found:  # the slot written this frame holds the widened box: its aspect
+            changed = np.flatnonzero(np.any(np.asarray(state.memory.boxes)
+                                            != np.asarray(before.memory.boxes), axis=1))
+            assert len(changed) == 1
+            cells = np.asarray(state.memory.boxes[changed[0]])
+            aspect = (cells[2] - cells[0]) / (cells[3] - cells[1])
+            assert aspect == pytest.approx(widths[-1] / float(truth[0, 3]), rel=1e-4)
+        else:
+            np.testing.assert_array_equal(np.asarray(state.size), np.asarray(before.size))
+    w0 = float(truth[0, 2])
+    # found on every frame but the last two (the target is gone there): 1.1x a frame
+    np.testing.assert_allclose(widths[:-2], w0 * 1.1 ** np.arange(1, len(widths) - 1),
+                               rtol=1e-4)
+    assert widths[-1] == widths[-3]
+    # the heights are untouched: the branch's box is what the tracker reports
+    assert float(np.asarray(box)[3]) == pytest.approx(float(truth[0, 3]))

@@ -327,12 +327,12 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
 def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -> Report:
     data = data if data is not None else stages.open_data(cfg, ctx)
     eval_sets = {s: (data.identity[s], seqs) for s, seqs in data.eval_sets.items()}
-    if cfg.experiment == "dimp-centre" and cfg.validation_sequences:
+    experiment = EXPERIMENTS[cfg.experiment]
+    if experiment.track_validation and cfg.validation_sequences:
         # a diagnostic: measured on the validation split (nothing is chosen on it)
         val, val_identity = stages.validation_split(data, cfg)
         eval_sets["generated-val"] = (val_identity, val)
     env = TrackingRun(cfg, ctx, data)
-    experiment = EXPERIMENTS[cfg.experiment]
     arms, validation = experiment.arms(cfg), None
     if experiment.choose is not None:  # the trackers' settings, before any testing
         arms, validation = experiment.choose(env, cfg.seeds)

@@ -126,7 +126,9 @@ class Experiment:
     settings; the record goes to the results); `after(env, arms, results, eval_sets)`
     adds evaluations of its own to the `ArmResults` once every arm is tracked.
     `stages_per_seed(cfg)`: its training stages per seed (the progress's "stage i of
-    n"); `check(cfg)`: its own checks of the config, raised before any training."""
+    n"); `check(cfg)`: its own checks of the config, raised before any training;
+    `track_validation`: its arms are tracked on the validation split too (a diagnostic:
+    nothing is chosen there by it)."""
 
     arms: Callable[[Any], list[Arm]]
     paper: str = ""
@@ -134,6 +136,7 @@ class Experiment:
     after: Callable[[Any, Sequence[Arm], Any, Mapping], None] | None = None
     stages_per_seed: Callable[[Any], int] | None = None
     check: Callable[[Any], None] | None = None
+    track_validation: bool = False
 
 
 @dataclasses.dataclass

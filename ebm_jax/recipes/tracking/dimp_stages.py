@@ -2,7 +2,10 @@
 al. 2019; the centre of the EBM regression paper's tracker, sec. 5): `train_dimp` trains
 `DiMPNet` on a Box-Siam backbone with DiMP's samples, `dimp_runner` tracks with it
 (`ebm_jax.tracking.dimp_tracker`). `dimp_centre_arms`: the arms of the "dimp-centre"
-experiment (`experiments.EXPERIMENTS`), its centre beside SiamFC's and the DCF's.
+experiment (`experiments.EXPERIMENTS`), its centre beside SiamFC's and the DCF's;
+`dimp_box_head_arms`: the "dimp-box-head" experiment, the EBM regression paper's Table 4
+as the paper builds it (DiMP's centre refined by the energy-based box head of each loss:
+DiMP-KLD-IS, DiMP-NCE, DiMP-NCE+, DiMP-ML-IS), beside the same heads on SiamFC's centre.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from ebm_jax.ops.jitter import CropJitter
 from ebm_jax.models.tracking_backbones import backbone_class, tracking_backbone
 from ebm_jax.recipes.tracking import stages
 from ebm_jax.recipes.tracking.arms import Arm, Tracker, dcf_tracker, reuse_model
+from ebm_jax.recipes.tracking.box_head import LOSS_PAIRS, box_head_tracker, train_box_head_arm
 from ebm_jax.recipes.tracking.stages import (Trained, TrackingRun, box_siam_arm,
                                              timed_runner, training_split)
 from ebm_jax.tracking import dimp
 from ebm_jax.tracking import dimp_online as online
+from ebm_jax.tracking.box_head import BoxHeadSettings
+from ebm_jax.tracking.box_head_tracker import make_box_refiner
 from ebm_jax.tracking.dcf import DCFSettings
 from ebm_jax.tracking.dimp_tracker import DiMPTrackerSettings, make_dimp_tracker
 from ebm_jax.tracking.dimp_training import DiMPNet, make_dimp_loss
@@ -106,8 +112,11 @@ def train_dimp(ctx, sequences, *, data_identity, backbone, backbone_identity,
     `ctx.key(name, "init")`, the steps' `ctx.key(name, "train")`, the samples'
     `ctx.seed_of(name, "samples")`."""
     name = f"dimp-s{seed}"
+    # "frozen": the backbone in eval mode (its batch norm on running statistics); the
+    # stages trained before it ran batch statistics and are not reused
     identity = {"data": data_identity, "backbone": backbone_identity,
-                "settings": dataclasses.asdict(settings), "seed": int(seed)}
+                "settings": dataclasses.asdict(settings), "seed": int(seed),
+                "frozen": "eval"}
     every = max(1, settings.steps // 20)
     stage = TrainStage(name, identity, settings.steps, log_every=every,
                        save_every=every * 5)
@@ -136,6 +145,32 @@ def dimp_runner(net, settings: DiMPTrackerSettings):
     """`run(seq) -> (boxes, seconds)` of DiMP's tracker with a trained `DiMPNet`."""
     tracker, params = make_dimp_tracker(net, settings)
     return timed_runner(tracker, params)
+
+
+@dataclasses.dataclass(frozen=True)
+class DiMPBoxHead:
+    """The settings of DiMP's tracker with the box head as its box branch."""
+
+    dimp: DiMPTrackerSettings
+    box_head: BoxHeadSettings
+
+
+def dimp_box_head_runner(model, settings: DiMPBoxHead):
+    """`run(seq) -> (boxes, seconds)` of DiMP's tracker whose found boxes the box head
+    refines (`make_box_refiner` as `make_dimp_tracker`'s box branch); `model` is
+    (a `DiMPNet`, a trained `BoxHeadNet`)."""
+    dimp_net, head_net = model
+    refiner = make_box_refiner(head_net.backbone, head_net.head, settings.box_head,
+                               stages.SIAMFC, levels=head_net.levels_used)
+    tracker, params = make_dimp_tracker(dimp_net, settings.dimp, refiner=refiner)
+    return timed_runner(tracker, params)
+
+
+def dimp_with_head(env: TrackingRun, seed: int, used, *, head: str) -> Trained:
+    """An arm's training function that trains nothing: the same seed's DiMP classifier
+    and box head of arm `head`, composed (`dimp_box_head_runner` tracks them)."""
+    d, h = used["DiMP centre"], used[head]
+    return Trained((d.model, h.model), {"dimp": d.identity, "head": h.identity})
 
 
 def dimp_arm(env: TrackingRun, seed: int, used) -> Trained:
@@ -167,6 +202,37 @@ def dimp_centre_arms(cfg) -> list[Arm]:
     ]
 
 
+def dimp_box_head_arms(cfg) -> list[Arm]:
+    """The EBM regression paper's Table 4 as the paper builds it: per loss of
+    `box_head_methods`, the box head (trained on the frozen Box-Siam backbone,
+    `cfg.box_head`'s settings) refining DiMP's centre ("DiMP-<loss>"), compared with
+    DiMP's centre alone, with the same head on SiamFC's centre, and with the other
+    losses (`LOSS_PAIRS`); Box-Siam's scale search and DiMP's centre beside them."""
+    methods = cfg.box_head_methods
+    arms = [Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static",)),
+            Arm("DiMP centre", "dimp-centre", dimp_arm, uses=("box-siam",),
+                tracker=Tracker("dimp", cfg.dimp.tracker, dimp_runner),
+                compared_with=("box-siam",))]
+    for m in methods:
+        settings = dataclasses.replace(cfg.box_head, method=m)
+        arms.append(Arm(f"box-head-{m}", f"box-head-{m}",
+                        functools.partial(train_box_head_arm, settings=settings),
+                        tracker=box_head_tracker(settings), uses=("box-siam",),
+                        compared_with=("box-siam",), about=(("loss", m), ("centre", "SiamFC"))))
+    for m in methods:
+        settings = dataclasses.replace(cfg.box_head, method=m)
+        versus = ("DiMP centre", f"box-head-{m}") + tuple(
+            f"DiMP-{b}" for a, b in LOSS_PAIRS if a == m and b in methods)
+        arms.append(Arm(f"DiMP-{m}", f"dimp-{m}",
+                        functools.partial(dimp_with_head, head=f"box-head-{m}"),
+                        uses=("DiMP centre", f"box-head-{m}"),
+                        tracker=Tracker("dimp-box-head",
+                                        DiMPBoxHead(cfg.dimp.tracker, settings),
+                                        dimp_box_head_runner),
+                        compared_with=versus, about=(("loss", m), ("centre", "DiMP"))))
+    return arms
+
+
 def check_dimp_centre(cfg) -> None:
     """DiMP's filter against the crop's feature grid on the config's backbone level
     (`DiMPTraining.check_geometry`), before anything is trained: the backbone is built
@@ -177,5 +243,6 @@ def check_dimp_centre(cfg) -> None:
     cfg.dimp.check_geometry(stride, offset)
 
 
-__all__ = ["DiMPTraining", "check_dimp_centre", "dimp_arm", "dimp_centre_arms",
-           "dimp_runner", "train_dimp"]
+__all__ = ["DiMPBoxHead", "DiMPTraining", "check_dimp_centre", "dimp_arm",
+           "dimp_box_head_arms", "dimp_box_head_runner", "dimp_centre_arms", "dimp_runner",
+           "dimp_with_head", "train_dimp"]
