@@ -309,8 +309,8 @@ def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
         cfg.batch_size * 0.4 * (tracking_backbone_flops(cfg.backbone, cfg.width, 255)
                                 + tracking_backbone_flops(cfg.backbone, cfg.width, 127)),
         hint="lower --config.batch_size or --config.width")
-    experiment = EXPERIMENTS[cfg.experiment]
-    if experiment.check is not None:
+    experiment = EXPERIMENTS.get(cfg.experiment)  # SoCL's check calls this one too
+    if experiment is not None and experiment.check is not None:
         experiment.check(cfg)
     data = stages.open_data(cfg, ctx)
     from ebm_jax.data.tracking_pairs import pair_batches
