@@ -72,6 +72,13 @@ def box_head_tracker(settings: BoxHeadSettings) -> Tracker:
     return Tracker("box-head", settings, box_head_runner)
 
 
+# The EBM regression paper's Table 4, AUC (Success on TrackingNet) %: DiMP-KLD-IS /
+# DiMP-NCE / DiMP-NCE+ per dataset: the reference of both of its configs
+# (ebm_table4_box_head.py on SiamFC's centre, ebm_table4_dimp.py on DiMP's)
+TABLE4_REFERENCE = (("TrackingNet", "78.1 / 77.1 / 78.7"), ("LaSOT", "63.1 / 62.8 / 63.7"),
+                    ("UAV123", "66.6 / 65.2 / 67.2"), ("NFS", "64.7 / 64.3 / 65.0"),
+                    ("OTB-100", "70.1 / 69.3 / 70.7"))
+
 # the loss comparisons of Table 4 (a - b), where both are in box_head_methods
 LOSS_PAIRS = (("nce+", "kld-is"), ("nce+", "nce"), ("nce", "kld-is"))
 
