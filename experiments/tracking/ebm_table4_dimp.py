@@ -18,14 +18,15 @@ other (NCE+ - KLD-IS, NCE+ - NCE, NCE - KLD-IS).
 
 Variants: quick (AlexNet width 0.25, 50 training sequences of which 10 validate, 30
 test sequences; Box-Siam 600 steps, DiMP's classifier 300 steps of 4 samples, heads 600
-steps; three seeds; 2 CPU cores), tiny (the tests).
+steps; three seeds; 2 CPU cores), tiny (the tests), quick1 (quick's first seed alone:
+the first measurement, stored on the DiMP page).
 """
 
 from ebm_jax.recipes.tracking import BoxHeadSettings, preset
 from ebm_jax.recipes.tracking.box_head import TABLE4_REFERENCE
 from ebm_jax.recipes.tracking.dimp_stages import DiMPTraining
 
-VARIANTS = ("quick", "tiny")
+VARIANTS = ("quick", "tiny", "quick1")
 
 REFERENCE = TABLE4_REFERENCE  # the paper's Table 4, AUC (Success on TrackingNet) %
 NOTE = ("The paper's trackers are DiMP (ResNet-50) with the box head trained jointly, "
@@ -33,10 +34,15 @@ NOTE = ("The paper's trackers are DiMP (ResNet-50) with the box head trained joi
 COMMON = dict(experiment="dimp-box-head", reference=REFERENCE, reference_note=NOTE)
 
 
+QUICK = dict(validation_sequences=10, box_head=BoxHeadSettings(steps=600))
+
+
 def get_config(variant: str):
+    if variant == "quick1":  # quick's first seed alone
+        return preset("quick", **COMMON, quick=dict(QUICK, seeds=(0,)))
     return preset(
         variant, **COMMON,
-        quick=dict(validation_sequences=10, box_head=BoxHeadSettings(steps=600)),
+        quick=QUICK,
         tiny=dict(validation_sequences=1, num_train_sequences=4,
                   box_head_methods=("kld-is", "nce"),
                   box_head=BoxHeadSettings(steps=3, batch_size=2, num_samples=16,
