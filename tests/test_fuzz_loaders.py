@@ -69,6 +69,42 @@ def _apply(data: bytes, edits) -> bytes:
     return bytes(b)
 
 
+def _leaves(tree, path=()):
+    """The paths of a JSON tree's leaves (and of its empty lists and objects)."""
+    if isinstance(tree, dict) and tree:
+        return [q for k, v in tree.items() for q in _leaves(v, path + (k,))]
+    if isinstance(tree, list) and tree:
+        return [q for i, v in enumerate(tree) for q in _leaves(v, path + (i,))]
+    return [path]
+
+
+JSON_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**40, 2**40),
+                        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                        st.lists(st.integers(-5, 5), max_size=3),
+                        st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@st.composite
+def edited_json(draw, raw: bytes):
+    """A JSON file with 1-3 of its values replaced by values of other types or sizes
+    (numbers edited, wrong types, a key dropped): valid JSON, wrong content."""
+    tree = json.loads(raw)
+    for _ in range(draw(st.integers(1, 3))):
+        paths = [p for p in _leaves(tree) if p]
+        if not paths:
+            break
+        short = [p for p in paths if len(p) <= 3]  # a record's own fields, half the time
+        path = draw(st.sampled_from(short if short and draw(st.booleans()) else paths))
+        parent = tree
+        for k in path[:-1]:
+            parent = parent[k]
+        if isinstance(parent, dict) and draw(st.booleans()) and len(parent) > 1:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = draw(JSON_VALUES)
+    return json.dumps(tree).encode()
+
+
 def _one_line_naming(error: BaseException, path: Path) -> None:
     text = str(error)
     assert "\n" not in text, text
@@ -221,3 +257,104 @@ def test_ranges_are_checked_before_training_and_named(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert rc == 2 and "\n" not in err and says in err, err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def tracking_records(tmp_path_factory):
+    """A small valid tracking records folder (2 sequences of 4 frames) and its files."""
+    from ebm_jax.data.records_write import write_tracking_records
+    from ebm_jax.data.sequences import read_got10k
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+
+    root = tmp_path_factory.mktemp("records")
+    spec = TrackingSpec(split="train", num_sequences=2, num_frames=4, height=48, width=64,
+                        seed=1)
+    seqs = read_got10k(generate_tracking_split(root / "d", spec, progress=False))
+    path = Path(write_tracking_records(seqs, root / "trk"))
+    files = {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*"))
+             if p.is_file()}
+    return path, files
+
+
+def _records_copy(tmp_path_factory, tracking_records, name, edits) -> Path:
+    path, files = tracking_records
+    dest = tmp_path_factory.mktemp("damaged") / "trk"
+    for rel, data in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_bytes(_apply(data, edits) if rel.name == name else data)
+    return dest
+
+
+def _open_and_verify(path: Path) -> None:
+    from ebm_jax.data.records import open_records
+    from ebm_jax.data.tracking_records import read_tracking_records
+
+    read_tracking_records(path)
+    open_records(path, "tracking").verify()
+
+
+@pytest.mark.parametrize("name", ["metadata.json", "features.json", "dataset_info.json"])
+@given(data=st.data())
+def test_a_damaged_records_description_is_one_line(tmp_path_factory, tracking_records,
+                                                   name, data):
+    """The records' JSON descriptions (the project's metadata with its annotation
+    checksums, TFDS's features and dataset info): damage is one RecordsError naming the
+    folder, or the records still read whole."""
+    from ebm_jax.data.records import RecordsError
+
+    (size,) = [len(v) for k, v in tracking_records[1].items() if k.name == name]
+    edits = data.draw(damage(size))
+    dest = _records_copy(tmp_path_factory, tracking_records, name, edits)
+    _check(_open_and_verify, dest, (RecordsError,))
+
+
+@pytest.mark.parametrize("name", ["metadata.json", "features.json", "dataset_info.json"])
+@given(data=st.data())
+def test_an_edited_records_description_is_one_line(tmp_path_factory, tracking_records,
+                                                   name, data):
+    """Valid JSON, wrong content (numbers edited, wrong types, keys dropped): one
+    RecordsError naming the folder or its file, or the records still read whole."""
+    from ebm_jax.data.records import RecordsError
+
+    path, files = tracking_records
+    (raw,) = [v for k, v in files.items() if k.name == name]
+    edited = data.draw(edited_json(raw))
+    dest = _records_copy(tmp_path_factory, tracking_records, name,
+                         [("cut", 0, None), ("insert", 0, edited)])
+    _check(_open_and_verify, dest, (RecordsError,))
+
+
+@given(data=st.data())
+def test_a_damaged_records_data_file_is_one_line_before_training(tmp_path_factory,
+                                                                 tracking_records, data):
+    """The ArrayRecord data: a flipped bit, a cut or inserted bytes are found by opening
+    and verifying (before any stage reads a chunk), one RecordsError naming the file."""
+    from ebm_jax.data.records import RecordsError
+
+    ((rel, raw),) = [(k, v) for k, v in tracking_records[1].items()
+                     if "array_record" in k.name]
+    edits = data.draw(damage(len(raw)))
+    dest = _records_copy(tmp_path_factory, tracking_records, rel.name, edits)
+    try:
+        _open_and_verify(dest)
+    except RecordsError as e:
+        assert "\n" not in str(e) and str(dest) in str(e), str(e)
+
+
+@pytest.mark.parametrize("key, value", [("length", "abc"), ("length", None), ("first", "x"),
+                                        ("name", None), ("image_size", 5),
+                                        ("boxes", [[1, 2]]), ("split", 3)])
+def test_an_edited_sequence_field_is_one_line(tmp_path_factory, tracking_records, key,
+                                              value):
+    """Hand-picked edits of one sequence's metadata: each one RecordsError naming the
+    records folder (or its metadata.json), never a ValueError or TypeError of Python."""
+    from ebm_jax.data.records import RecordsError
+
+    path, files = tracking_records
+    meta = json.loads(files[Path("metadata.json")])
+    meta["sequences"][0][key] = value
+    dest = _records_copy(tmp_path_factory, tracking_records, "metadata.json",
+                         [("cut", 0, None), ("insert", 0, json.dumps(meta).encode())])
+    with pytest.raises(RecordsError) as error:
+        _open_and_verify(dest)
+    _one_line_naming(error.value, dest)

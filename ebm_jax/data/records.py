@@ -294,10 +294,16 @@ def open_records(path, kind: str | None = None) -> Records:
                            f"{meta.get('kind')!r})")
     if kind is not None and meta["kind"] != kind:
         raise RecordsError(f"{where} holds {meta['kind']} records, not {kind}")
-    splits = {name: int(s.num_examples) for name, s in builder.info.splits.items()}
-    records = Records(where, meta["kind"], meta, splits, builder)
+    try:  # the splits and their files, as dataset_info.json describes them
+        splits = {name: int(s.num_examples) for name, s in builder.info.splits.items()}
+        records = Records(where, meta["kind"], meta, splits, builder)
+        files = {split: records.files(split) for split in splits}
+    except Exception as error:  # noqa: BLE001 - a description tfds parsed but cannot use
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        raise RecordsError(f"{where / 'dataset_info.json'}: its splits cannot be read "
+                           f"({type(error).__name__}: {first}); {_WRITE_AGAIN}") from None
     for split in splits:
-        for file, n in records.files(split):
+        for file, n in files[split]:
             _open_file(file, n).close()
     return records
 

@@ -107,10 +107,28 @@ def read_tracking_records(path, *, generator: dict | None = None) -> list[Record
             raise RecordsError(f"{where}: records of another generated split or generator "
                                f"version ({_differences(found, generator)}); delete the "
                                "folder and rerun, or give another data_root")
+    sequences = rec.metadata.get("sequences", [])
+    if not isinstance(sequences, list) or not all(isinstance(m, dict) for m in sequences):
+        raise RecordsError(f"{where / 'metadata.json'}: its \"sequences\" is not a list of "
+                           "objects; write the records again")
+    try:
+        return _sequences(rec, where, sequences)
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
+        if isinstance(error, RecordsError):
+            raise
+        what = f"no field {error}" if isinstance(error, KeyError) else str(error)[:200]
+        raise RecordsError(f"{where / 'metadata.json'}: a sequence's metadata cannot be "
+                           f"read ({type(error).__name__}: {what}); write the records "
+                           "again") from None
+
+
+def _sequences(rec, where, sequences: list) -> list[RecordSequence]:
+    """`read_tracking_records`' sequences from the metadata's list (checked, each
+    against its checksum)."""
     sources, first, out, total = {}, {}, [], 0
-    for meta in rec.metadata.get("sequences", []):
-        n, name = int(meta["length"]), str(meta["name"])
+    for meta in sequences:
         _check_annotations(where, meta)
+        n, name = int(meta["length"]), str(meta["name"])
         split = str(meta.get("split", "train"))
         if split not in rec.splits:
             raise RecordsError(f"{where}: sequence {name!r} lies in split {split!r}, which "
