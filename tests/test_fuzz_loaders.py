@@ -358,3 +358,172 @@ def test_an_edited_sequence_field_is_one_line(tmp_path_factory, tracking_records
     with pytest.raises(RecordsError) as error:
         _open_and_verify(dest)
     _one_line_naming(error.value, dest)
+
+
+@pytest.fixture(scope="module")
+def got10k_folder(tmp_path_factory):
+    """A small GOT-10k-layout split (list.txt; per sequence frames, groundtruth.txt,
+    absence.label, cover.label, meta.json) and its text files' bytes."""
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+
+    root = tmp_path_factory.mktemp("got10k")
+    spec = TrackingSpec(split="train", num_sequences=2, num_frames=4, height=48, width=64,
+                        seed=2)
+    path = Path(generate_tracking_split(root / "split", spec, progress=False))
+    texts = {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*"))
+             if p.suffix in (".txt", ".label") or p.name == "meta.json"}
+    return path, texts
+
+
+def _read_all_annotations(read):
+    def load(root):
+        for seq in read(root):
+            seq.boxes, seq.absent, len(seq)
+
+    return load
+
+
+@pytest.mark.parametrize("name", ["list.txt", "groundtruth.txt", "absence.label",
+                                  "cover.label", "meta.json"])
+@given(data=st.data())
+def test_a_damaged_got10k_annotation_is_one_line(tmp_path_factory, got10k_folder, name,
+                                                 data):
+    """GOT-10k's text files damaged in a copy of the split: reading it (and every
+    sequence's annotations) returns, or raises one ValueError naming the file or its
+    sequence folder."""
+    from ebm_jax.data.sequences import read_got10k
+
+    path, texts = got10k_folder
+    rel = next(k for k in texts if k.name == name)
+    edits = data.draw(damage(len(texts[rel])))
+    dest = tmp_path_factory.mktemp("got") / "split"
+    shutil.copytree(path, dest)
+    (dest / rel).write_bytes(_apply(texts[rel], edits))
+    try:
+        _read_all_annotations(read_got10k)(dest)
+    except ValueError as e:
+        text = str(e)
+        assert "\n" not in text, text
+        assert str(dest) in text or rel.parent.name in text or name in text, text
+
+
+@pytest.fixture(scope="module")
+def otb_folder(tmp_path_factory):
+    """A small OTB-layout folder: Seq/img/0001.jpg.. and groundtruth_rect.txt."""
+    import io as io_module
+
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("otb")
+    for name in ("Basketball", "Car4"):
+        img = root / name / "img"
+        img.mkdir(parents=True)
+        for i in range(4):
+            buf = io_module.BytesIO()
+            Image.new("RGB", (48, 32), (30 * i, 90, 200)).save(buf, "JPEG")
+            (img / f"{i + 1:04d}.jpg").write_bytes(buf.getvalue())
+        (root / name / "groundtruth_rect.txt").write_text(
+            "".join(f"{3 + i},4,10,8\n" for i in range(4)))
+    return root
+
+
+@given(data=st.data())
+def test_a_damaged_otb_annotation_is_one_line(tmp_path_factory, otb_folder, data):
+    from ebm_jax.data.sequences import read_otb
+
+    raw = (otb_folder / "Car4" / "groundtruth_rect.txt").read_bytes()
+    edits = data.draw(damage(len(raw)))
+    dest = tmp_path_factory.mktemp("otbd") / "otb"
+    shutil.copytree(otb_folder, dest)
+    (dest / "Car4" / "groundtruth_rect.txt").write_bytes(_apply(raw, edits))
+    try:
+        _read_all_annotations(lambda r: read_otb(r, frame_ranges={}))(dest)
+    except ValueError as e:
+        text = str(e)
+        assert "\n" not in text, text
+        assert "Car4" in text or str(dest) in text, text
+
+
+@pytest.fixture(scope="module")
+def coco_files(tmp_path_factory):
+    """A small COCO-layout folder (annotations/instances_<split>.json, images) and the
+    detector's results on val; returns (root, detections path)."""
+    from ebm_jax.data.detection import generate_dataset, simulate_detections
+
+    tmp = tmp_path_factory.mktemp("coco")
+    root = tmp / "coco"
+    (root / "annotations").mkdir(parents=True)
+    for split, n, seed in (("train2017", 3, 1), ("val2017", 2, 2)):
+        paths = generate_dataset(tmp / split, num_images=n, image_size=48, num_classes=2,
+                                 max_objects=2, min_size=8, seed=seed)
+        paths.image_dir.rename(root / split)
+        paths.annotations.rename(root / "annotations" / f"instances_{split}.json")
+    dets = simulate_detections(root / "annotations" / "instances_val2017.json", seed=0)
+    (tmp / "dets.json").write_text(json.dumps(dets))
+    return root, tmp / "dets.json"
+
+
+@pytest.mark.parametrize("which", ["annotations", "detections"])
+@given(data=st.data())
+def test_a_damaged_coco_file_is_one_line(tmp_path_factory, coco_files, which, data):
+    """COCO's val annotation file or the detector's result file, damaged (bytes) or
+    edited (valid JSON, values retyped or dropped): opening the dataset returns, or
+    raises one ValueError naming the file."""
+    from ebm_jax.data.detection_sets import open_coco
+
+    root, dets = coco_files
+    dest = tmp_path_factory.mktemp("cocod")
+    shutil.copytree(root, dest / "coco")
+    shutil.copy(dets, dest / "dets.json")
+    target = (dest / "coco" / "annotations" / "instances_val2017.json"
+              if which == "annotations" else dest / "dets.json")
+    raw = target.read_bytes()
+    if data.draw(st.booleans()):
+        target.write_bytes(_apply(raw, data.draw(damage(len(raw)))))
+    else:
+        target.write_bytes(data.draw(edited_json(raw)))
+    try:
+        open_coco(dest / "coco", dest / "dets.json", image_size=48)
+    except ValueError as e:
+        _one_line_naming(e, target)
+
+
+def _field_names(cfg, prefix=""):
+    import dataclasses
+
+    out = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            out += _field_names(value, f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+OVERRIDE_VALUES = st.one_of(
+    st.sampled_from(["", "nan", "inf", "-inf", "-1", "0", "1e308", "1e-308", "true", "none",
+                     "None", "[]", "1,2", "1,,2", "a,b", "0.5;1", "'x'", "2**70", "\x00"]),
+    st.integers(-10**12, 10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.text(max_size=12))
+
+
+@pytest.mark.parametrize("spec", ["table1_toy1d:tiny", "dimp_centre:tiny",
+                                  "socl_table1_ablation:tiny", "moco_linear_eval:tiny"])
+@given(data=st.data())
+def test_any_override_value_is_accepted_or_one_line(spec, data):
+    """`--config.FIELD=VALUE` with any value for any field of a config: the config
+    resolves (its __post_init__ checks passed) or one ConfigError / ValueError naming
+    the field, never another exception."""
+    from ebm_jax.config import load_config
+
+    fields = _field_names(load_config(spec))
+    field = data.draw(st.sampled_from(fields))
+    value = data.draw(OVERRIDE_VALUES)
+    try:
+        load_config(spec, [f"{field}={value}"])
+    except (ConfigError, ValueError) as e:
+        text = str(e)
+        assert "\n" not in text, text
+        assert field.split(".")[-1] in text, (field, value, text)

@@ -245,27 +245,10 @@ def check_images(image_dir: Path, images: list[dict], annotations: Path) -> None
                              f"{im.get('id')})")
 
 
-def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_size: int,
-                       name: str | None = None, preload: bool = False) -> DetectionSet:
-    """Reads a COCO-format annotation file and its image folder (nothing is
-    downloaded), validating both: an annotation file that is not COCO-format JSON is
-    one error naming it; every image must be readable and of the size its annotation
-    says (`check_images`). Crowd annotations are left out of training; a box of width
-    or height <= 0 or with a non-finite coordinate is an error naming its annotation
-    id."""
-    annotations, image_dir = Path(annotations), Path(image_dir)
-    if not annotations.is_file():
-        raise ValueError(f"annotation file {annotations} does not exist")
-    if not image_dir.is_dir():
-        raise ValueError(f"image folder {image_dir} does not exist")
-    if int(image_size) != image_size or image_size < 16:
-        raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
-    gt = read_json(annotations, what="COCO annotation file",
-                   fix="replace it with a valid COCO annotation file")
-    for key in ("images", "annotations", "categories"):
-        if not isinstance(gt, dict) or not isinstance(gt.get(key), list):
-            raise ValueError(f"COCO annotation file {annotations} is not COCO format: "
-                             f"no {key!r} list")
+def _detection_set(gt: dict, annotations: Path, image_dir: Path, image_size: int,
+                   name: str | None) -> DetectionSet:
+    """`load_detection_set`'s set from a parsed COCO file (errors name what is wrong,
+    the caller names the file)."""
     check_images(image_dir, gt["images"], annotations)
     cats = sorted(c["id"] for c in gt["categories"])
     cat_index = {c: i + 1 for i, c in enumerate(cats)}
@@ -293,8 +276,42 @@ def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_
         for j, (c, (x, y, w, h)) in enumerate(objs):
             boxes[i, j] = np.array([x, y, x + w, y + h]) * scales[i]
             classes[i, j], valid[i, j] = c, True
-    out = DetectionSet(name or annotations.stem, annotations, image_dir,
-                       [im["id"] for im in images], [im["file_name"] for im in images],
-                       scales, boxes, classes, valid, cats, int(image_size),
-                       np.array([[im["width"], im["height"]] for im in images], np.float64))
+    return DetectionSet(name or annotations.stem, annotations, image_dir,
+                        [im["id"] for im in images], [im["file_name"] for im in images],
+                        scales, boxes, classes, valid, cats, int(image_size),
+                        np.array([[im["width"], im["height"]] for im in images],
+                                 np.float64))
+
+
+def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_size: int,
+                       name: str | None = None, preload: bool = False) -> DetectionSet:
+    """Reads a COCO-format annotation file and its image folder (nothing is
+    downloaded), validating both: an annotation file that is not COCO-format JSON is
+    one error naming it; every image must be readable and of the size its annotation
+    says (`check_images`). Crowd annotations are left out of training; a box of width
+    or height <= 0 or with a non-finite coordinate is an error naming its annotation
+    id."""
+    annotations, image_dir = Path(annotations), Path(image_dir)
+    if not annotations.is_file():
+        raise ValueError(f"annotation file {annotations} does not exist")
+    if not image_dir.is_dir():
+        raise ValueError(f"image folder {image_dir} does not exist")
+    if int(image_size) != image_size or image_size < 16:
+        raise ValueError(f"image_size must be an integer >= 16, got {image_size!r}")
+    gt = read_json(annotations, what="COCO annotation file",
+                   fix="replace it with a valid COCO annotation file")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(gt, dict) or not isinstance(gt.get(key), list):
+            raise ValueError(f"COCO annotation file {annotations} is not COCO format: "
+                             f"no {key!r} list")
+    try:
+        out = _detection_set(gt, annotations, image_dir, image_size, name)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as error:
+        text = str(error)
+        if str(annotations) in text:  # already names the file
+            raise ValueError(text) from None
+        what = f"no field {error}" if isinstance(error, KeyError) else text
+        raise ValueError(f"COCO annotation file {annotations}: {what}"
+                         f"{'' if isinstance(error, ValueError) else ' (wrong type)'}; "
+                         "replace it with a valid COCO annotation file") from None
     return out.preload() if preload else out

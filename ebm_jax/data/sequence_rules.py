@@ -63,13 +63,19 @@ def list_frames(where: str, folder: Path, start: int | None) -> list[Path]:
     return [numbered[k] for k in numbers]
 
 
+def read_text(path: Path, where: str | None = None) -> str:
+    """A dataset's text file (list.txt, an annotation), one SequenceError naming it
+    where it cannot be read or is not UTF-8 text."""
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SequenceError(f"{where or path}: cannot read {path} ({error})") from None
+
+
 def read_table(where: str, path: Path, columns: int) -> np.ndarray:
     """Rows of `columns` numbers separated by commas, tabs or spaces; errors name the
     line."""
-    try:
-        lines = path.read_text().strip().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SequenceError(f"{where}: cannot read {path} ({error})") from error
+    lines = read_text(path, where).strip().splitlines()
     rows = np.empty((len(lines), columns), np.float64)
     for j, line in enumerate(lines):
         fields = [f for f in _SEPARATORS.split(line.strip()) if f]

@@ -37,6 +37,7 @@ from ebm_jax.data.sequence_rules import (
     list_frames,
     read_label,
     read_table,
+    read_text,
 )
 from ebm_jax.io import file_digests
 
@@ -135,7 +136,7 @@ class Sequence:
 def _got10k_names(root: Path, sequences) -> list[str]:
     list_file = root / "list.txt"
     if list_file.is_file():
-        lines = list_file.read_text().splitlines()
+        lines = read_text(list_file).splitlines()
         names = [line.strip() for line in lines if line.strip()]
         source = f"{list_file}"
         for i, line in enumerate(lines, 1):
@@ -277,7 +278,7 @@ def _otb_targets(root: Path) -> tuple[dict[str, tuple[Path, Path]], dict[str, li
             path = Path(entry.path) / f
             if match and path.is_file():
                 named.append(f)
-                if path.read_text().strip():
+                if read_text(path).strip():
                     found.append((int(match.group(1) or 0), path))
         img = Path(entry.path) / "img"
         if not img.is_dir():
