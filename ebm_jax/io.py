@@ -12,12 +12,45 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from pathlib import Path
 
 from etils import epath
 
 
 class CorruptFileError(ValueError):
     """A file the run needs exists but cannot be read."""
+
+
+def process_alive(pid) -> bool:
+    """Whether process `pid` runs on this host (False for a pid that is not one)."""
+    try:
+        if int(pid) <= 0:  # 0 and -n name process groups, not a process
+            return False
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError, TypeError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def partial_dir(dest) -> Path:
+    """A fresh sibling directory of `dest` to write it into before renaming it into
+    place: `.<name>.<host>.<pid>.<random>.partial`. Those of earlier attempts on this
+    host whose process is gone (a run killed mid-write) are removed first, so a
+    resumed run leaves no leftovers; another live process's is left alone."""
+    import shutil
+    import socket
+
+    dest = Path(dest)
+    host = socket.gethostname().replace(".", "_")
+    for old in dest.parent.glob(f".{dest.name}.*.partial"):
+        parts = old.name[len(dest.name) + 2:].split(".")
+        if len(parts) >= 3 and parts[0] == host and not process_alive(parts[1]):
+            shutil.rmtree(old, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.{host}.{os.getpid()}.",
+                                 suffix=".partial"))
 
 
 def _umask() -> int:

@@ -70,7 +70,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +80,7 @@ from ebm_jax.data.tracking_motion import (MIN_FIRST_SIDE, photo_gain, plan_camer
 from ebm_jax.data.tracking_render import (PHOTO_POOLS, SequencePlan, background_photos,
                                           load_photo, render_frame)
 from ebm_jax.data.tracking_spec import SPLIT_IDS, TrackingSpec, TrackingSpecError
+from ebm_jax.io import partial_dir
 
 __all__ = ["MIN_FIRST_SIDE", "PHOTO_POOLS", "TrackingSpec", "TrackingSpecError", "VERSION",
            "default_workers",
@@ -289,8 +289,7 @@ def generate_tracking_split(dest, spec: TrackingSpec, *, progress: bool = True,
 
     if dest.exists() and check_existing():
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial"))
+    tmp = partial_dir(dest)  # (a killed attempt's is removed)
     try:
         names = [sequence_name(spec, i) for i in range(spec.num_sequences)]
         bar = tqdm(total=spec.num_sequences, desc=f"tracking {spec.split}", unit="seq",

@@ -165,7 +165,7 @@ def generated_records(dest, spec, *, progress: bool = True, write: bool = True
     directory's parent), written once: the split is generated as GOT-10k folders
     beside it (`tracking.generate_tracking_split`, kept when it was there already),
     read and checked by `read_got10k`, written as records (atomically) and the folders
-    it generated removed. Existing records are checked against the spec's identity.
+    it generated removed (also those a killed attempt generated). Existing records are checked against the spec's identity.
     `write=False` (a process that is not the writer) only reads."""
     from ebm_jax.data.sequences import read_got10k
     from ebm_jax.data.tracking import generate_tracking_split, spec_identity
@@ -174,12 +174,19 @@ def generated_records(dest, spec, *, progress: bool = True, write: bool = True
     identity = spec_identity(spec)
     if write and not any(dest.glob("*/*/dataset_info.json")):
         folder = dest.with_name(dest.name + ".folders")
-        existed = folder.exists()
+        # a marker beside the folders this function generates: an attempt killed before
+        # it removed them leaves the marker, and the next attempt removes them too
+        ours = dest.with_name(dest.name + ".folders.generated")
+        existed = folder.exists() and not ours.exists()
+        if not existed:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            ours.touch()
         generate_tracking_split(folder, spec, progress=progress)
         records_write.write_tracking_records(read_got10k(folder), dest,
                                              metadata={"generator": identity})
         if not existed:
             shutil.rmtree(folder)
+            ours.unlink()
     sequences = read_tracking_records(dest, generator=identity)
     # every record read back once before any training (Riegeli's chunk hashes): a
     # flipped bit is found here, not when a stage first reads its chunk (about 0.2 s

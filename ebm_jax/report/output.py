@@ -130,7 +130,7 @@ def clean_stale(out, log=print) -> None:
     processes that no longer run on this host, and their `.<out>.old-PID` folders,
     which are the earlier results: put back where `out` is missing, else removed.
     Call it holding the lock on `out` (`RunLock.beside`)."""
-    from ebm_jax.train.stages import process_alive
+    from ebm_jax.io import process_alive
 
     out = epath.Path(out)
     if not is_local(out):

@@ -16,6 +16,8 @@ import time
 
 from etils import epath
 
+from ebm_jax.io import process_alive
+
 class RunLockedError(RuntimeError):
     """Another live run holds the work directory."""
 
@@ -141,19 +143,6 @@ class RunLock:
     def __exit__(self, *exc) -> bool:
         self.release()
         return False
-
-
-def process_alive(pid) -> bool:
-    """Whether process `pid` runs on this host (False for a pid that is not one)."""
-    try:
-        if int(pid) <= 0:  # 0 and -n name process groups, not a process
-            return False
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError, TypeError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 __all__ = ["LOCK", "RunLock", "RunLockedError", "process_alive"]

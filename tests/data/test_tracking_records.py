@@ -3,6 +3,7 @@ the same frames, annotations and training batches as the GOT-10k folders they we
 written from; the generator's identity checked; old or foreign records refused."""
 
 import dataclasses
+import os
 import shutil
 
 import numpy as np
@@ -211,3 +212,43 @@ def test_a_flipped_bit_in_the_records_is_found_when_they_are_opened(both, tmp_pa
     with pytest.raises(RecordsError, match="truncated or corrupted") as error:
         generated_records(copy, SPEC, progress=False)
     assert "\n" not in str(error.value) and file.name in str(error.value)
+
+
+def test_a_killed_attempts_leftovers_are_removed_by_the_next(tmp_path):
+    """A run killed mid-write leaves its `.partial` folder and the GOT-10k folders it
+    generated for the records; the next attempt removes both (a live process's partial
+    folder, and folders a user put there, are left alone)."""
+    import socket
+    import subprocess
+    import sys as sys_module
+
+    from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
+    from ebm_jax.data.tracking_records import generated_records
+
+    spec = TrackingSpec(split="train", num_sequences=2, num_frames=4, height=48, width=64,
+                        seed=3)
+    done = subprocess.run([sys_module.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(done.stdout)  # a process that has ended
+    host = socket.gethostname().replace(".", "_")
+    killed = tmp_path / f".split.{host}.{dead}.abc.partial"
+    live = tmp_path / f".split.{host}.{os.getpid()}.def.partial"
+    for d in (killed, live):
+        (d / "train_00001").mkdir(parents=True)
+    generate_tracking_split(tmp_path / "split", spec, progress=False)
+    assert not killed.exists() and live.exists()
+    assert not list(tmp_path.glob(f".split.{host}.{os.getpid()}.*.partial"))[1:]
+
+    # the records' GOT-10k folders of a killed attempt: generated, marked, no records
+    dest = tmp_path / "trk"
+    folders = tmp_path / "trk.folders"
+    (tmp_path / "trk.folders.generated").touch()
+    generate_tracking_split(folders, spec, progress=False)
+    generated_records(dest, spec, progress=False)
+    assert not folders.exists() and not (tmp_path / "trk.folders.generated").exists()
+
+    # folders that were there without the marker are kept
+    mine = tmp_path / "mine.folders"
+    generate_tracking_split(mine, spec, progress=False)
+    generated_records(tmp_path / "mine", spec, progress=False)
+    assert mine.is_dir()
