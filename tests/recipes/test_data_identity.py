@@ -95,3 +95,12 @@ def test_a_replaced_coco_image_changes_the_data_identity(tmp_path):
     after = open_coco(root, tmp_path / "dets.json", image_size=48).identity
     assert after["train"] != before["train"]
     assert after["val"] == before["val"]
+
+
+def test_training_on_got10k_generates_no_training_split(got10k, tmp_path):
+    """With train_data=got10k no arm trains on the generated training split: only the
+    generated test split is made."""
+    _identity(got10k, tmp_path / "w")
+    made = sorted(p.name.split("-")[0] for p in (tmp_path / "w" / "data").iterdir()
+                  if p.name.endswith(".records"))
+    assert made == ["test"]

@@ -52,7 +52,8 @@ def annotation_identity(sequences, ctx=None) -> dict:
 def open_data(cfg, ctx) -> TrackingData:
     """Opens the data, the real sets (GOT-10k, OTB) first, then generates (once) the
     benchmark: a root that cannot be used is refused before anything is generated;
-    every reader check runs here, before any training."""
+    every reader check runs here, before any training. With `train_data="got10k"` the
+    generated training split, which no arm would use, is not generated."""
     from ebm_jax.data.sequences import read_got10k, read_otb
     from ebm_jax.data.tracking import generate_tracking_split, spec_identity
     from ebm_jax.data.tracking_records import generated_records
@@ -77,6 +78,8 @@ def open_data(cfg, ctx) -> TrackingData:
         checks.writable_dir("--config.data_root", root)
     generated = {}
     for split, spec in generated_specs(cfg, ctx).items():
+        if split == "train" and train is not None:
+            continue  # GOT-10k's train split trains: the generated one is not made
         ident = spec_identity(spec)
         dest = root / f"{split}-{content_hash(ident, 8)}"
         if cfg.data_format == "records":
