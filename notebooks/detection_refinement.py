@@ -518,7 +518,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #
 # The paper's detection experiments are configs of this recipe
 # (`ebm_jax/recipes/detection.py`), each run by the command in its docstring, e.g.
-# `ebm-jax run experiments/ebm_regression/table2_detection.py` (the quick variant: 128 x
+# `ebm-jax run table2_detection` (the quick variant: 128 x
 # 128 images, six methods, three seeds, about half an hour on 2 CPU cores):
 #
 # - `experiments/ebm_regression/table2_detection.py`: the eight training methods

@@ -208,5 +208,5 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # chosen on held-out training sequences, against SiamFC's own scale search, three seeds:
 #
 # ```bash
-# ebm-jax run experiments/tracking/ebm_table4_box_head.py:quick
+# ebm-jax run ebm_table4_box_head:quick
 # ```

@@ -378,7 +378,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #
 # - `experiments/ebm_regression/table1_toy1d.py`: all of Table 1 (the nine method
 #   variants, both datasets) as one config: `ebm-jax run
-#   experiments/ebm_regression/table1_toy1d.py:quick` (`make run`, minutes on 2 CPU
+#   table1_toy1d:quick` (`make run`, minutes on 2 CPU
 #   cores) or `:paper` (20 models x 75 epochs, M = 1024; hours on a CPU), with
 #   checkpointed, resumable stages and the density figures.
 # - `experiments/ebm_regression/figure2_toy1d_m.py`: Figure 2, D_KL of ML-IS, KLD-IS,

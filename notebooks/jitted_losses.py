@@ -493,7 +493,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # ## Further
 #
 # - The 1D comparison trains every method with these losses (`ebm-jax run
-#   experiments/ebm_regression/table1_toy1d.py:quick`, Table 1; `figure2_toy1d_m.py`,
+#   table1_toy1d:quick`, Table 1; `figure2_toy1d_m.py`,
 #   Figure 2): docs/regression1d.md.
 # - The same losses in a box's relative space train the detection energy head
 #   (`ebm_jax.energy.boxes.make_detection_loss`): docs/detection.md.

@@ -470,7 +470,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #
 # The contrastive experiments (docs/contrastive.md) are configs of one recipe
 # (`ebm_jax/recipes/contrastive.py`), each run by the command in its docstring, e.g.
-# `ebm-jax run experiments/contrastive/moco_linear_eval.py:quick`; the five files share
+# `ebm-jax run moco_linear_eval:quick`; the five files share
 # one work directory, so the random, pixels and supervised rows train once:
 #
 # - `experiments/contrastive/moco_linear_eval.py`: MoCo between the random encoder and

@@ -429,7 +429,7 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #
 # The paper's experiments are configs of one recipe (`ebm_jax/recipes/tracking/socl.py`), each
 # run by the command in its docstring, e.g.
-# `ebm-jax run experiments/tracking/socl_table1_ablation.py:quick`:
+# `ebm-jax run socl_table1_ablation:quick`:
 #
 # - `experiments/tracking/socl_table1_ablation.py`: GST, +SNS, +mix-up, +LST (Table 1);
 # - `experiments/tracking/socl_figure7_thresholds.py`: the theta_b and b_p sweeps (Fig. 7);
