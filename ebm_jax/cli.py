@@ -95,9 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("show", help="a config's fields, their values and defaults",
                        description="Prints every field of CONFIG (path/to/file.py"
                        "[:variant]; the default variant is the first the file lists) "
-                       "with its value and, where they differ, the dataclass default; "
+                       "by section, with its value, the dataclass default where they "
+                       "differ, and a one-line description; sections the config does not "
+                       "use are hidden (--all shows them); "
                        "--config.FIELD=VALUE overrides are applied first, as by `run`.")
     p.add_argument("config", metavar="CONFIG[:variant]")
+    p.add_argument("--all", action="store_true",
+                   help="also the sections this config does not use")
     p.set_defaults(func=_show)
 
     p = sub.add_parser("list", help="every experiment config, its variants and their "
@@ -229,20 +233,14 @@ def _run(args, overrides) -> int:
 
 
 def _show(args, overrides) -> int:
-    import dataclasses
-
-    from ebm_jax.config import config_fields, load_config, split_spec
+    from ebm_jax.config import load_config, split_spec
+    from ebm_jax.config_show import show_lines
 
     cfg = load_config(args.config, overrides)
     path, variant = split_spec(args.config)
-    rows = config_fields(cfg)
-    width = max(len(name) for name, _, _ in rows)
     print(f"{path}:{variant or '(first variant)'}  {type(cfg).__module__}."
           f"{type(cfg).__name__}")
-    for name, value, default in rows:
-        note = ("" if default is dataclasses.MISSING or default == value
-                else f"  (default {default!r})")
-        print(f"  --config.{name:<{width}} = {value!r}{note}")
+    print("\n".join(show_lines(cfg, everything=args.all)))
     return 0
 
 

@@ -284,13 +284,31 @@ def test_show_prints_fields_values_and_defaults(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "ebm_jax.recipes.tracking.Config" in out.splitlines()[0]
     fields = {ln.split("=")[0].strip(): ln.split("=", 1)[1].strip()
-              for ln in out.splitlines()[1:]}
+              for ln in out.splitlines()[1:] if ln.startswith("  --config.")}
     # a nested field, an override, a preset value beside its default, a default one
     assert fields["--config.box_head.processing"] == "'prdimp'  (default 'siamfc')"
     assert fields["--config.num_train_sequences"] == "4  (default 50)"
     assert fields["--config.backbone"] == "'alexnet'"
     assert cli.main(["show", config, "--config.nope=1"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_show_groups_describes_and_hides_what_a_config_does_not_use(capsys):
+    """SoCL's Table 1 reads no box-head, DiMP or MoCo settings: `show` hides those
+    sections (and says so), prints each field's one-line description under it, and
+    `--all` shows everything."""
+    assert cli.main(["show", "socl_table1_ablation:tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "[data]" in out and "[SoCL training]" in out and "[box head]" not in out
+    assert "--config.box_head_methods" not in out and "--config.dimp" not in out
+    assert "hidden: MoCo start, box head, DiMP" in out
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("  --config.points "))
+    assert lines[at + 1].strip().startswith("SoCL's point annotations")
+    assert cli.main(["show", "socl_table1_ablation:tiny", "--all"]) == 0
+    every = capsys.readouterr().out
+    assert "[box head]" in every and "--config.box_head.steps" in every
+    assert "not used by this config" not in every
 
 
 def test_run_help_says_the_default_variant_is_the_first(capsys):

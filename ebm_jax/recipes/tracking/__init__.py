@@ -70,11 +70,11 @@ class Config:
     data_format: str = "records"
     got10k_root: str | None = None  # a local GOT-10k (train/, val/): val is evaluated
     otb_root: str | None = None  # a local OTB folder: evaluated when given
-    num_train_sequences: int = 50
-    num_test_sequences: int = 30
-    num_frames: int = 80
-    frame_height: int = 240
-    frame_width: int = 320
+    num_train_sequences: int = 50  # sequences of the generated training split
+    num_test_sequences: int = 30  # sequences of the generated test split
+    num_frames: int = 80  # frames per generated sequence
+    frame_height: int = 240  # px, the generated frames' height
+    frame_width: int = 320  # px, the generated frames' width
     point_shift: float = 20.0  # px, the noisy point annotation's shift (for SoCL)
     box_every: int = 10  # T of the sparse box annotations (for SoCL)
     # the generated training split's scene groups (`TrackingSpec.scene_group`): this
@@ -105,18 +105,18 @@ class Config:
     # moved up to 4 px, centred labels, the exemplar the earlier frame, sides 20-500 px
     # and 0.01-0.5 of the frame; `stages.SIAMFC_TRAINING`)
     siamfc_training: str = "project"
-    steps: int = 600
-    batch_size: int = 8
-    lr_start: float = 1e-2
-    lr_end: float = 1e-5
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
+    steps: int = 600  # Box-Siam's SGD steps
+    batch_size: int = 8  # Box-Siam's training pairs per step
+    lr_start: float = 1e-2  # Box-Siam's learning rate, decayed geometrically to lr_end
+    lr_end: float = 1e-5  # the learning rate at the last step
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 5e-4  # L2 weight decay
     max_gap: int = 100  # frames of a training pair are fewer than this apart
     seeds: tuple[int, ...] = (0, 1, 2)  # training seeds (Box-Siam and its random start)
     strip_sequences: int = 3  # test sequences drawn as a strip of frames with boxes
-    strip_frames: int = 6
-    reference: tuple[tuple[str, str], ...] = ()
-    reference_note: str = ""
+    strip_frames: int = 6  # frames per strip
+    reference: tuple[tuple[str, str], ...] = ()  # the paper's figures: (dataset, value)
+    reference_note: str = ""  # a note printed under the paper's figures
     seed: int = 0  # the data's seed
     experiment: str = "box-siam"  # a row of EXPERIMENTS: the arms trained and tracked
     # the box-head experiment (the EBM regression paper, sec. 5): the head's settings (the method inside
@@ -126,11 +126,11 @@ class Config:
     # box_head.step_lengths) and the training sigmas (`sigma_grid`; () = box_head.sigmas
     # only: each more entry trains every head again) are chosen per method
     box_head: BoxHeadSettings = BoxHeadSettings()
-    box_head_methods: tuple[str, ...] = ("kld-is", "nce", "nce+", "ml-is")
-    box_head_joint: bool = False
-    validation_sequences: int = 0
-    step_scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
-    sigma_grid: tuple[tuple[float, ...], ...] = ()
+    box_head_methods: tuple[str, ...] = ("kld-is", "nce", "nce+", "ml-is")  # the losses
+    box_head_joint: bool = False  # the backbone trains with the head (else frozen)
+    validation_sequences: int = 0  # the training split's last ones, a validation split
+    step_scales: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)  # step-length multipliers tried
+    sigma_grid: tuple[tuple[float, ...], ...] = ()  # training sigmas tried (validation)
     # early stopping: shorter training lengths (steps, each < box_head.steps) probed on
     # the validation split beside box_head.steps; each head trains once to the longest,
     # through these (`train_box_head`'s prefix stages); () = box_head.steps only
@@ -142,6 +142,35 @@ class Config:
     # the dimp-centre experiment: DiMP's classifier on the frozen Box-Siam backbone,
     # its centre against SiamFC's (one scale) and the DCF's, on the validation split
     dimp: DiMPTraining = DiMPTraining()
+
+    # `ebm-jax show`'s sections (`ebm_jax.config_show`); fields in none are "settings"
+    FIELD_GROUPS = {
+        "data": ("train_data", "data_root", "data_format", "got10k_root", "otb_root",
+                 "num_train_sequences", "num_test_sequences", "num_frames",
+                 "frame_height", "frame_width", "point_shift", "box_every", "scene_group",
+                 "scene_path", "seed", "validation_sequences"),
+        "backbone": ("width", "backbone", "pretrained", "init"),
+        "MoCo start": ("moco",),
+        "Box-Siam (SiamFC) training and tracking": (
+            "tracker_crop", "siamfc_training", "steps", "batch_size", "lr_start", "lr_end",
+            "momentum", "weight_decay", "max_gap"),
+        "box head": ("box_head", "box_head_methods", "box_head_joint", "step_scales",
+                     "sigma_grid", "box_head_lengths", "tracker_choices"),
+        "DiMP": ("dimp",),
+        "report": ("seeds", "strip_sequences", "strip_frames", "reference",
+                   "reference_note"),
+    }
+
+    def unused_groups(self) -> tuple[str, ...]:
+        """The sections of `FIELD_GROUPS` this config's experiment does not read."""
+        unused = []
+        if self.init != "moco":
+            unused.append("MoCo start")
+        if self.experiment not in ("box-head", "dimp-box-head"):
+            unused.append("box head")
+        if not str(self.experiment).startswith("dimp"):
+            unused.append("DiMP")
+        return tuple(unused)
 
     def __post_init__(self):
         c = Checks(self)

@@ -131,6 +131,28 @@ class Config(tracking.Config):
     # training split less its last `validation_sequences` and tracked on those alone
     lst_variants: tuple[str, ...] = tuple(arms_lib.LST_VARIANTS)
 
+    FIELD_GROUPS = {
+        **tracking.Config.FIELD_GROUPS,
+        "SoCL training": ("points", "annotate_every", "top_temperature", "videos",
+                          "socl_steps", "socl_lr", "socl_lr_drop", "input_size",
+                          "context_side", "region_fields", "shift_jitter", "scale_jitter",
+                          "tau", "theta_b", "b_p", "include_positive", "symmetric",
+                          "mix_scope", "freeze", "backbone_lr_scale", "freeze_bn",
+                          "diagnostic_pairs", "points_from_boxes", "dcf"),
+        "SoCL tables": ("theta_b_sweep", "b_p_sweep", "alphas", "budgets_hours",
+                        "box_seconds", "point_seconds", "box_fee", "point_fee",
+                        "gpu_hour_fee", "sparse_every", "sparse_every_sweep",
+                        "failure_radius", "lst_variants"),
+    }
+
+    def unused_groups(self) -> tuple[str, ...]:
+        """The tracking sections SoCL's tables do not read: the box head but for Table
+        5's sparse-box head, DiMP always, the MoCo start unless init="moco"."""
+        unused = ["DiMP"] + (["MoCo start"] if self.init != "moco" else [])
+        if self.experiment != "table5":
+            unused.append("box head")
+        return tuple(unused)
+
     def __post_init__(self):
         super().__post_init__()
         c = Checks(self)
