@@ -45,6 +45,7 @@ bench: check-venv $(STAMP)
 	$(PY) benchmarks/contrastive.py --out results/bench
 	$(PY) benchmarks/data_pipeline.py --out results/bench
 	$(PY) benchmarks/losses.py --out results/bench
+	$(PY) benchmarks/langevin_chain.py --out results/bench
 	$(PY) benchmarks/detection_ops.py --out results/bench
 	$(PY) benchmarks/top_maps.py --out results/bench
 	bash benchmarks/run_tracking.sh

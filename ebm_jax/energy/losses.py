@@ -159,19 +159,45 @@ def ml_mcmc_loss(
     num_steps: int,
     step_size: float,
     num_samples: int = 1,
+    fused: bool = False,
 ):
     """ML-MCMC, eq. 10: 1/M sum_m f(x, y^m) - f(x, y), where each y^m is the end of a
     Langevin chain (eq. 9) of `num_steps` steps started at y; the samples carry no
-    gradient. Chains: `langevin_chains(f(x, .), tile(y), key, ...)`.
+    gradient. Chains: `langevin_chains(f(x, .), tile(y), key, ...)`; with `fused`, the
+    same chains (the same noise) in one Pallas kernel
+    (`ebm_jax.energy.langevin_fused`), for an energy that gives its arrays
+    (`chain_weights()`, the 1D network) with y_dim = 1 and a static `num_steps`.
     """
     y = _check_y(y)
     m = checks.int_at_least("num_samples", num_samples, 1)
     y0 = jnp.broadcast_to(y, (m,) + y.shape)
-    samples = langevin_chains(
-        lambda ys: energies(energy, x, ys), y0, key, num_steps=num_steps,
-        step_size=step_size, batched=True, parallel_loop=uses_many(energy, m),
-    )
+    if fused:
+        samples = _fused_samples(energy, x, y0, key, num_steps, step_size)
+    else:
+        samples = langevin_chains(
+            lambda ys: energies(energy, x, ys), y0, key, num_steps=num_steps,
+            step_size=step_size, batched=True, parallel_loop=uses_many(energy, m),
+        )
     return jnp.mean(energies(energy, x, samples)) - energy(x, y)
+
+
+def _fused_samples(energy, x, y0, key, num_steps, step_size) -> jax.Array:
+    """`ml_mcmc_loss`'s chains through the fused kernel; one ValueError where it does
+    not apply."""
+    from ebm_jax.energy.langevin_fused import chain_noise, fused_langevin_chains
+
+    weights = getattr(energy, "chain_weights", None)
+    if weights is None:
+        raise ValueError("fused chains need an energy with chain_weights() (the 1D "
+                         f"network); {type(energy).__name__} has none")
+    if y0.shape[-1] != 1:
+        raise ValueError(f"fused chains are for y_dim = 1, got y of shape {y0.shape[1:]}")
+    if isinstance(num_steps, jax.Array):
+        raise ValueError("fused chains need a static num_steps (an int), not a traced one")
+    noise = chain_noise(key, num_steps, y0.shape, y0.dtype)[..., 0][:, None, :]
+    out = fused_langevin_chains(weights(), jnp.reshape(x, (1, -1)), y0[:, 0][None], noise,
+                                step_size=step_size)
+    return out[0][:, None]
 
 
 def _ranking_nce(energy: Energy, x, y, y0, noise_samples, p_n) -> jax.Array:

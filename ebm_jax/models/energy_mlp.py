@@ -84,6 +84,10 @@ class ToyEnergyMLP(nnx.Module):
         h = jnp.tanh(self.res2(h)) + h
         return self.out(h)[..., 0]
 
+    def chain_weights(self) -> dict:
+        """The arrays the fused Langevin chain takes (`chain_weights`)."""
+        return chain_weights(self)
+
     def many(self, x: jax.Array, ys: jax.Array) -> jax.Array:
         """f(x, y) for one x (x_dim,) and every row y of ys (..., y_dim) -> (...): the
         same function as `__call__` vmapped over the rows of ys (equal to float32
@@ -104,6 +108,18 @@ class ToyEnergyMLP(nnx.Module):
             t = _units(layer.kernel[...], layer.bias[...], h, jnp.tanh)
             h = [ti + hi for ti, hi in zip(t, h)]
         return _units(self.out.kernel[...], self.out.bias[...], h)[0]
+
+
+def chain_weights(model: ToyEnergyMLP) -> dict:
+    """The network's arrays by the names of `ebm_jax.energy.langevin_fused.WEIGHTS`
+    (kernels (in, out), biases (out,)): what the fused Langevin chain takes."""
+    layers = {"x1": model.x1, "x2": model.x2, "y1": model.y1, "joint": model.joint,
+              "res1": model.res1, "res2": model.res2, "out": model.out}
+    out = {}
+    for name, layer in layers.items():
+        out[f"{name}_w"] = layer.kernel[...]
+        out[f"{name}_b"] = layer.bias[...]
+    return out
 
 
 def count_parameters(module: nnx.Module) -> int:
