@@ -77,6 +77,14 @@ def show_lines(cfg, *, everything: bool = False) -> list[str]:
     unused = set() if everything else set(getattr(cfg, "unused_groups", lambda: ())())
     out, hidden = [], []
 
+    def value_lines(name: str, doc: str | None) -> None:
+        v, default = rows[name]
+        note = ("" if default is dataclasses.MISSING or default == v
+                else f"  (default {default!r})")
+        out.append(f"  --config.{name:<{width}} = {v!r}{note}")
+        if doc:
+            out.append(f"      {_short(doc)}")
+
     def field_lines(prefix: str, obj) -> None:
         docs = field_docs(type(obj))
         for f in dataclasses.fields(obj):
@@ -86,12 +94,7 @@ def show_lines(cfg, *, everything: bool = False) -> list[str]:
                 out.append(f"  {name}: {_short(docs.get(f.name, ''), 70)}".rstrip(": "))
                 field_lines(name + ".", value)
                 continue
-            v, default = rows[name]
-            note = ("" if default is dataclasses.MISSING or default == v
-                    else f"  (default {default!r})")
-            out.append(f"  --config.{name:<{width}} = {v!r}{note}")
-            if docs.get(f.name):
-                out.append(f"      {_short(docs[f.name])}")
+            value_lines(name, docs.get(f.name))
 
     for title, fields in ordered:
         if not fields:
@@ -108,12 +111,7 @@ def show_lines(cfg, *, everything: bool = False) -> list[str]:
                 out.append(f"  {name}: {_short(head, 80)}")
                 field_lines(name + ".", value)
                 continue
-            v, default = rows[name]
-            note = ("" if default is dataclasses.MISSING or default == v
-                    else f"  (default {default!r})")
-            out.append(f"  --config.{name:<{width}} = {v!r}{note}")
-            if docs.get(name):
-                out.append(f"      {_short(docs[name])}")
+            value_lines(name, docs.get(name))
     if hidden:
         out.append(f"(not used by this config, hidden: {', '.join(hidden)}; "
                    "`ebm-jax show --all` shows them)")

@@ -448,19 +448,10 @@ def test_a_damaged_otb_annotation_is_one_line(tmp_path_factory, otb_folder, data
 def coco_files(tmp_path_factory):
     """A small COCO-layout folder (annotations/instances_<split>.json, images) and the
     detector's results on val; returns (root, detections path)."""
-    from ebm_jax.data.detection import generate_dataset, simulate_detections
+    from tests.data.coco_files import write_coco
 
-    tmp = tmp_path_factory.mktemp("coco")
-    root = tmp / "coco"
-    (root / "annotations").mkdir(parents=True)
-    for split, n, seed in (("train2017", 3, 1), ("val2017", 2, 2)):
-        paths = generate_dataset(tmp / split, num_images=n, image_size=48, num_classes=2,
-                                 max_objects=2, min_size=8, seed=seed)
-        paths.image_dir.rename(root / split)
-        paths.annotations.rename(root / "annotations" / f"instances_{split}.json")
-    dets = simulate_detections(root / "annotations" / "instances_val2017.json", seed=0)
-    (tmp / "dets.json").write_text(json.dumps(dets))
-    return root, tmp / "dets.json"
+    tmp = write_coco(tmp_path_factory.mktemp("coco"), train=3, val=2, image_size=48)
+    return tmp / "coco", tmp / "dets.json"
 
 
 @pytest.mark.parametrize("which", ["annotations", "detections"])

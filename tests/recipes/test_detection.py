@@ -11,9 +11,9 @@ import jax
 import pytest
 
 from ebm_jax.config import ConfigError, load_config
-from ebm_jax.data.detection import generate_dataset, simulate_detections
 from ebm_jax.recipes import run_experiment
 from ebm_jax.recipes.detection import head_spec, plan
+from tests.data.coco_files import write_coco
 
 ROOT = Path(__file__).parents[2]
 EXP = ROOT / "experiments/ebm_regression"
@@ -148,17 +148,7 @@ def test_rerun_after_moving_the_workdir_resumes_without_retraining(runs, no_trai
 def coco(tmp_path_factory):
     """A COCO-layout folder (annotations/instances_<split>.json, <split>/ images) and
     the detector's results on val in a file."""
-    tmp = tmp_path_factory.mktemp("coco")
-    root = tmp / "coco"
-    (root / "annotations").mkdir(parents=True)
-    for split, n, seed in (("train2017", 6, 1), ("val2017", 3, 2)):
-        paths = generate_dataset(tmp / split, num_images=n, image_size=64, num_classes=2,
-                                 max_objects=2, min_size=8, seed=seed)
-        paths.image_dir.rename(root / split)
-        paths.annotations.rename(root / "annotations" / f"instances_{split}.json")
-    dets = simulate_detections(root / "annotations" / "instances_val2017.json", seed=0)
-    (tmp / "dets.json").write_text(json.dumps(dets))
-    return tmp
+    return write_coco(tmp_path_factory.mktemp("coco"), train=6, val=3, image_size=64)
 
 
 def _coco_overrides(root, dets, **more):
