@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ebm_jax.ops.boxes import encode_relative
+from ebm_jax.ops.boxes import encode_relative, paired_box_iou
 from ebm_jax.tracking.box_refinement import (
     RefinementProbe,
     gaussian_box_energy,
@@ -125,3 +125,34 @@ def test_the_truth_must_outrank_every_jittered_box_strictly():
     assert _measure(tied_with_max, truths, truths, probe)["outranks"].tolist() == [0.0] * 4
     above_all = energy_with([0.5] + [0.0] * 8, 1.0)
     assert _measure(above_all, truths, truths, probe)["outranks"].tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("iou", [0.5, 0.7, 0.8])
+def test_starts_of_set_overlap_have_it(iou):
+    from ebm_jax.tracking.box_refinement import boxes_at_iou
+
+    boxes = jnp.asarray([[10., 20., 50., 80.], [0., 0., 30., 30.], [5., 5., 100., 40.]])
+    starts = boxes_at_iou(jax.random.key(0), boxes, iou)
+    # bisection to float32: the IoU of the returned box is the target to ~1e-6
+    np.testing.assert_allclose(paired_box_iou(starts, boxes), iou, atol=1e-5)
+    assert not np.allclose(starts, boxes)
+    with pytest.raises(ValueError, match=r"iou must be in \(0, 1\), got 1.0"):
+        boxes_at_iou(jax.random.key(0), boxes, 1.0)
+
+
+def test_the_wrong_reference_control_separates_an_energy_that_uses_its_reference():
+    """The Gaussian control centred on the pair's truth refines every start to IoU 1;
+    given another pair's truth as its reference it walks to that box instead. A head
+    that reaches the same IoU with either reference does not use it."""
+    from ebm_jax.tracking.box_refinement import refinement_from_starts
+
+    boxes = jnp.asarray([[10., 20., 50., 80.], [0., 0., 30., 30.], [5., 5., 100., 40.]])
+    probe = RefinementProbe(step_lengths=(0.05 ** 2,), num_steps=10)
+    energy = gaussian_box_energy(0.05)
+    own = refinement_from_starts(energy, boxes, boxes, jax.random.key(1), probe)
+    other = refinement_from_starts(energy, jnp.roll(boxes, 1, axis=0), boxes,
+                                   jax.random.key(1), probe)
+    for level in (0.5, 0.7, 0.8):
+        np.testing.assert_allclose(own[level]["iou_start"], level, atol=1e-5)
+        np.testing.assert_allclose(own[level]["iou_refined"], 1.0, atol=1e-4)
+        assert float(jnp.max(other[level]["iou_refined"])) < 0.5

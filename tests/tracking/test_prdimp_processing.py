@@ -162,6 +162,14 @@ def test_the_probe_runs_on_prdimp_pairs_and_its_control_reaches_the_truth(sequen
         assert np.isfinite(out["head"][k])
     assert out["head"]["iou_start"] == out["control"]["iou_start"]  # the same starts
     assert out["head_se"]["gain"] >= 0 and len(out["candidates_gain_se"]) == 1
+    # the sharper probe: starts of set overlap, own against another pair's reference
+    assert set(out["from_starts"]) == {"0.5", "0.7", "0.8"}
+    for level, row in out["from_starts"].items():
+        assert row["iou_start"] == pytest.approx(float(level), abs=1e-4)
+        assert row["gain"] == pytest.approx(row["iou_refined"] - row["iou_start"], abs=1e-6)
+        assert row["own_minus_other"] == pytest.approx(
+            row["iou_refined"] - row["iou_refined_other_reference"], abs=1e-6)
+        assert row["gain_se"] >= 0 and row["own_minus_other_se"] >= 0
 
 
 def test_candidate_step_lengths_give_what_each_would_alone(sequences):

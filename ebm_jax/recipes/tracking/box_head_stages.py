@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -36,7 +37,7 @@ from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.box_head_tracker import make_box_head_tracker
 from ebm_jax.tracking.box_head_training import make_box_head_loss, training_crops
 from ebm_jax.tracking.box_refinement import (RefinementProbe, gaussian_box_energy,
-                                             refinement_measures)
+                                             refinement_from_starts, refinement_measures)
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.train import create_train_state, make_train_step, merge_model
 from ebm_jax.train.stages import StageFigures, TrainStage
@@ -141,6 +142,10 @@ def train_box_head(ctx, sequences, *, data_identity, backbone, backbone_identity
     return TrainedBoxHead(name, stage.full_identity, figures, merge_model(graphdef, state))
 
 
+# the sharper probe's start overlaps (IoU with the truth)
+START_IOUS = (0.5, 0.7, 0.8)
+
+
 @functools.lru_cache(maxsize=8)
 def _probe_program(graphdef, settings: BoxHeadSettings, siamfc: SiamFCSettings,
                    probe: RefinementProbe):
@@ -157,13 +162,21 @@ def _probe_program(graphdef, settings: BoxHeadSettings, siamfc: SiamFCSettings,
                                                           augment=False)
         mods = jax.vmap(model.head.modulation)(list(model.levels(ref)), ref_boxes)
         tests = jax.vmap(model.head.test_features)(list(model.levels(test)))
-        head = refinement_measures(lambda inp, b: model.head.score(inp[0], inp[1], b),
-                                   (mods, tests), test_boxes, key, probe)
-        by_candidate = refinement_measures(
-            lambda inp, b: model.head.score(inp[0], inp[1], b), (mods, tests), test_boxes,
-            key, probe, step_lengths=candidates)["iou_refined"]
+        def score(inp, b):
+            return model.head.score(inp[0], inp[1], b)
+
+        head = refinement_measures(score, (mods, tests), test_boxes, key, probe)
+        by_candidate = refinement_measures(score, (mods, tests), test_boxes, key, probe,
+                                           step_lengths=candidates)["iou_refined"]
+        # the sharper probe: starts of set overlap, and the same starts refined with
+        # another pair's reference (a head that ignores its reference gains as much)
+        starts = refinement_from_starts(score, (mods, tests), test_boxes, key, probe,
+                                        START_IOUS)
+        other = jax.tree.map(lambda a: jnp.roll(a, 1, axis=0), mods)
+        wrong = refinement_from_starts(score, (other, tests), test_boxes, key, probe,
+                                       START_IOUS)
         return head, refinement_measures(control, test_boxes, test_boxes, key,
-                                         control_probe), by_candidate
+                                         control_probe), by_candidate, starts, wrong
 
     return measure
 
@@ -183,7 +196,11 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
     starts. Returns {"head": means, "control": means, "pairs": n, "candidates": [...]},
     means of "iou_start", "iou_refined", "outranks", "rank_correlation" and
     "chance_outranks", with "head_se" (standard errors over the pairs, and of the gain
-    iou_refined - iou_start, paired by pair) and "candidates_gain_se"."""
+    iou_refined - iou_start, paired by pair) and "candidates_gain_se"; "from_starts":
+    the sharper probe (`_from_starts`): per start IoU of `START_IOUS`, the refinement
+    from starts of that overlap with the pair's own reference and with another
+    pair's (the wrong-reference control: a head that does not use its reference
+    refines as well with another target's)."""
     probe = probe or RefinementProbe(step_lengths=settings.step_lengths,
                                      num_steps=settings.refine_steps,
                                      reject_decreasing=settings.reject_decreasing)
@@ -197,11 +214,15 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
     measure = _probe_program(graphdef, settings, siamfc, probe)
     parts = {"head": [], "control": []}
     by_candidate = []
+    from_starts = {"right": [], "wrong": []}
     for step in range(num_batches):
-        head, ctrl, cand = measure(state, batches(step), jax.random.key(step), lengths)
+        head, ctrl, cand, starts, wrong = measure(state, batches(step), jax.random.key(step),
+                                                  lengths)
         parts["head"].append(head)
         parts["control"].append(ctrl)
         by_candidate.append(np.asarray(cand))
+        from_starts["right"].append(starts)
+        from_starts["wrong"].append(wrong)
     pooled = {name: {k: np.concatenate([np.asarray(p[k]) for p in rows]) for k in rows[0]}
               for name, rows in parts.items()}
     out = {name: {k: float(v.mean()) for k, v in values.items()}
@@ -216,6 +237,32 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
     out["candidates"] = by_candidate.mean(axis=1).tolist()
     out["candidates_gain_se"] = [float(g.std(ddof=1) / np.sqrt(n)) for g in
                                  by_candidate - pooled["head"]["iou_start"][None]]
+    out["from_starts"] = _from_starts(from_starts, n)
+    return out
+
+
+def _from_starts(parts: dict, n: int) -> dict:
+    """The sharper probe's figures per start IoU: the mean refined IoU from starts of
+    that overlap with the pair's own reference and with another pair's, the gains and
+    the difference (own - other reference), each with its standard error over the n
+    pairs (paired by pair)."""
+    out = {}
+    for level in START_IOUS:
+        def pooled(kind, key):
+            return np.concatenate([np.asarray(p[float(level)][key]) for p in parts[kind]])
+
+        start, right, wrong = (pooled("right", "iou_start"), pooled("right", "iou_refined"),
+                               pooled("wrong", "iou_refined"))
+
+        def se(v):
+            return float(v.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
+
+        out[f"{level:g}"] = {
+            "iou_start": float(start.mean()), "iou_refined": float(right.mean()),
+            "gain": float((right - start).mean()), "gain_se": se(right - start),
+            "iou_refined_other_reference": float(wrong.mean()),
+            "own_minus_other": float((right - wrong).mean()),
+            "own_minus_other_se": se(right - wrong)}
     return out
 
 
