@@ -13,6 +13,7 @@ import pytest
 
 from ebm_jax.config import ConfigError, load_config
 from ebm_jax.data import images as image_data
+from ebm_jax.recipes import contrastive as recipe
 from ebm_jax.recipes import contrastive_stages as rc
 from ebm_jax.recipes import run_experiment
 from ebm_jax.train import CheckpointError, load_stage_params
@@ -284,7 +285,10 @@ def test_sizes_beyond_memory_are_refused_before_loading_data(tmp_path, monkeypat
     def no_data(*a, **k):
         raise AssertionError("data loaded before the memory check")
 
+    # the recipe imported load_data by name: patch it there (imported above, so that a
+    # first import inside this test cannot bind the stand-in for later tests)
     monkeypatch.setattr(rc, "load_data", no_data)
+    monkeypatch.setattr(recipe, "load_data", no_data)
     _refused(tmp_path, tiny("moco_linear_eval", f"queue_size={32 * 2**34}"),
              r"the queue of moco-m0.99-k549755813888 \(K 549755813888 x dim 8\) needs "
              r"about .* GiB, more than")
