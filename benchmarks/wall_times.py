@@ -27,7 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ebm_jax.config import CONFIG_ROOT, WALL_TIMES, duration, find_configs, load_module
+from ebm_jax.config import CONFIG_ROOT, load_module
+from ebm_jax.config_catalog import WALL_TIMES, duration, find_configs
 from ebm_jax.io import atomic_write
 
 

@@ -247,8 +247,8 @@ def _show(args, overrides) -> int:
 def _list(args, overrides) -> int:
     from pathlib import Path
 
-    from ebm_jax.config import (describe, find_configs, shipped_root, wall_time_text,
-                                wall_times)
+    from ebm_jax.config import shipped_root
+    from ebm_jax.config_catalog import describe, find_configs, wall_time_text, wall_times
 
     here = args.root is None and Path("experiments").is_dir()  # a clone's own folder
     root = args.root or ("experiments" if here else shipped_root())

@@ -18,7 +18,26 @@ import io
 import textwrap
 import tokenize
 
-from ebm_jax.config import config_fields
+
+
+def config_fields(cfg, prefix: str = "") -> list[tuple[str, object, object]]:
+    """(dotted field name, value, default) of every field of a config dataclass, the
+    fields of nested dataclasses flattened (`box_head.steps`); the default is the
+    dataclass's own (`dataclasses.MISSING` where it has none)."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out += config_fields(value, f"{prefix}{f.name}.")
+        else:
+            out.append((f"{prefix}{f.name}", value, default))
+    return out
 
 
 @functools.cache
@@ -118,4 +137,4 @@ def show_lines(cfg, *, everything: bool = False) -> list[str]:
     return out
 
 
-__all__ = ["field_docs", "show_lines"]
+__all__ = ["config_fields", "field_docs", "show_lines"]

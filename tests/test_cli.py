@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ebm_jax import cli
-from ebm_jax.config import find_configs, load_config, load_module
+from ebm_jax.config import load_config, load_module
+from ebm_jax.config_catalog import find_configs
 
 ROOT = Path(__file__).parents[1]
 CONFIGS = find_configs(ROOT / "experiments")
@@ -244,7 +245,8 @@ def test_list_gives_each_variants_measured_wall_time(capsys, monkeypatch):
     """Every config's tiny variant has a measured wall time on record (a config added
     without one fails here: run `python benchmarks/wall_times.py --configs FILE`), each
     entry names a config and a variant that exist, and `list` prints them."""
-    from ebm_jax.config import load_module, wall_times
+    from ebm_jax.config import load_module
+    from ebm_jax.config_catalog import wall_times
 
     root = Path(__file__).parents[1]
     monkeypatch.chdir(root)

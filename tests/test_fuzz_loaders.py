@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ebm_jax.config import ConfigError, wall_times
+from ebm_jax.config import ConfigError
+from ebm_jax.config_catalog import wall_times
 from ebm_jax.data.images import _read_cifar_batch
 from ebm_jax.models.torch_weights import TorchCheckpointError, read_torch_state_dict
 from ebm_jax.report import claims, stored

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).parents[1]
 
 # bottom to top; a module imports only from its own layer or below
-LAYERS = (("checks", "io", "config", "config_show", "safe_pickle"), ("ops",), ("energy", "contrastive"), ("models",),
+LAYERS = (("checks", "io", "config", "config_catalog", "config_show", "safe_pickle"), ("ops",), ("energy", "contrastive"), ("models",),
           ("tracking", "detection"), ("data",), ("eval",), ("train",), ("report",),
           ("recipes",), ("cli",))
 LAYER_OF = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ebm_jax import cli
-from ebm_jax.config import find_configs
+from ebm_jax.config_catalog import find_configs
 
 ROOT = Path(__file__).parents[1]
 CONFIGS = find_configs(ROOT / "experiments")

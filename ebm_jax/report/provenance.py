@@ -125,7 +125,7 @@ def collect(cfg, *, source: dict | None, devices, started: float,
 
 def footer(p: dict) -> str:
     """The one-line provenance under a results.md."""
-    from ebm_jax.config import duration
+    from ebm_jax.config_catalog import duration
 
     pkg, cfg = p["package"], p["config"]
     commit = (f" @ {pkg['commit'][:12]}" + (" (modified)" if pkg["dirty"] else "")

@@ -171,7 +171,7 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
                     f"{m.group(1)})", ln)
         out.append(ln)
     wall = p["wall_seconds"]
-    from ebm_jax.config import duration
+    from ebm_jax.config_catalog import duration
 
     where = provenance.machine_text(p["machine"])
     reused = p.get("stages", {}).get("reused", 0)
@@ -337,7 +337,7 @@ def store(root: Path, run: Path, name: str | None = None,
 def record_wall_time(root: Path, p: dict, how: str) -> None:
     """The stored run's wall time, machine and date as an entry of
     experiments/wall_times.json (replacing an entry of the same `how`)."""
-    from ebm_jax.config import WALL_TIMES
+    from ebm_jax.config_catalog import WALL_TIMES
 
     path = root / "experiments" / WALL_TIMES
     data = json.loads(path.read_text()) if path.is_file() else {}

@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from etils import epath
 
-from ebm_jax.config import duration
+from ebm_jax.config_catalog import duration
 from ebm_jax.io import CorruptFileError, atomic_write, content_hash, json_normalised, read_json
 from ebm_jax.train.locks import LOCK, RunLock, RunLockedError, process_alive  # noqa: F401 (re-exported)
 

@@ -243,7 +243,8 @@ def test_cli_reports_a_bad_method_in_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("path", [TABLE1, FIGURE2])
 def test_config_files_load_every_variant(path):
-    from ebm_jax.config import describe, load_module
+    from ebm_jax.config import load_module
+    from ebm_jax.config_catalog import describe
 
     module = load_module(path)
     first = module.__doc__.strip().splitlines()[0]

@@ -30,28 +30,28 @@ its settings are chosen on the last `validation_sequences` of the training split
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 from ebm_jax import checks
 from ebm_jax.config import Checks, ConfigError
-from ebm_jax.models.tracking_backbones import BACKBONES, backbone_title
+from ebm_jax.models.tracking_backbones import BACKBONES
 from ebm_jax.recipes.tracking import stages as stages
 from ebm_jax.recipes.tracking.backbone_pretraining import MoCoPretraining
 from ebm_jax.recipes.tracking.dimp_stages import DiMPTraining
 from ebm_jax.recipes.tracking.box_head import TRACKER_CHOICES
-from ebm_jax.recipes.tracking.arms import pairs_of, run_arms
+from ebm_jax.recipes.tracking.arms import run_arms
 from ebm_jax.recipes.tracking.experiments import EXPERIMENTS, count_stages
+from ebm_jax.recipes.tracking.presets import (PAPER_DATA, PRESETS, TINY_DATA, TINY_MOCO,
+                                              config_from_preset)
+from ebm_jax.recipes.tracking.results import backbone_start, tracking_report
 from ebm_jax.recipes.tracking.stages import TrackingRun, training_split
 from ebm_jax.report import Report
-from ebm_jax.report import box_head as box_head_report
-from ebm_jax.report import tracking as report
-from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
-                                       sequence_difference)
 from ebm_jax.tracking.box_head import TRACKING_METHODS, BoxHeadSettings
 from ebm_jax.train.stages import RunContext
 
-__all__ = ["BoxHeadSettings", "Config", "MoCoPretraining", "check", "preset", "run"]
+__all__ = ["BoxHeadSettings", "Config", "EXPERIMENTS", "MoCoPretraining", "PAPER_DATA", "PRESETS",
+           "TINY_DATA", "TINY_MOCO", "backbone_start", "check", "config_from_preset",
+           "count_stages", "preset", "run"]
 
 INITS = ("random", "moco")  # the backbone's start besides an ImageNet file (`pretrained`)
 
@@ -274,37 +274,6 @@ class Config:
                                   f"(\"0.05,0.5;0.1,1.0\"), got {self.sigma_grid!r}")
 
 
-# The named presets config files start from (`preset`): configs that share stages take
-# their sizes from here, so that they cannot drift apart. "quick" is the Config defaults.
-# the MoCo stage of `--config.init=moco` on a tiny variant: seconds, as the rest of it
-TINY_MOCO = MoCoPretraining(steps=4, batch_size=8, crops=16, crop_size=32, input_size=32,
-                            queue_size=16, num_splits=2, probe_size=32, probe_epochs=2)
-TINY_DATA = dict(num_test_sequences=2, num_frames=8, frame_height=96, frame_width=128,
-                 width=0.125, seeds=(0,), moco=TINY_MOCO)  # seconds; the tests
-PAPER_DATA = dict(  # the published net and SiamFC's schedule: 50 epochs of 6650 pairs
-    num_train_sequences=500, num_test_sequences=100, num_frames=150, frame_height=360,
-    frame_width=480, width=1.0, steps=41_560, batch_size=8, seeds=(0, 1, 2))
-PRESETS = {
-    "quick": {},
-    "tiny": dict(TINY_DATA, num_train_sequences=3, steps=4, batch_size=4,
-                 strip_sequences=1, strip_frames=3),
-    "paper": PAPER_DATA,
-}
-
-
-def config_from_preset(config_type, presets: dict, variant: str, fields: dict,
-                       per_variant: dict):
-    """`config_type` with the preset `variant`, then `fields`, then the fields
-    `per_variant[variant]`; a ConfigError names the variants for an unknown one."""
-    if variant not in presets:
-        raise ConfigError(f"variant must be one of {list(presets)}, got {variant!r}")
-    unknown = sorted(set(per_variant) - set(presets))
-    if unknown:
-        raise ConfigError(f"per-variant fields of {unknown}: the variants are "
-                          f"{list(presets)}")
-    return config_type(**{**presets[variant], **fields, **(per_variant.get(variant) or {})})
-
-
 def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
            paper: dict | None = None, **fields) -> Config:
     """The Config of preset `variant` ("quick", "tiny" or "paper") with `fields`, and
@@ -368,85 +337,6 @@ def run(cfg: Config, ctx: RunContext, data: stages.TrackingData | None = None) -
     res = run_arms(env, ctx, arms, cfg.seeds, eval_sets, tracker_crop=cfg.tracker_crop)
     if experiment.after is not None:
         experiment.after(env, arms, res, eval_sets)
-    pairs = pairs_of(arms)
-    if any("coarse" in rows for rows in res.rows.values()):
-        # each refined tracker against its own coarse centre: what the refinement adds
-        pairs += [(a.label, "coarse") for a in arms if a.tracker.name == "box-head"]
-    training = {}  # training stage -> its figures
-    for seed in cfg.seeds:
-        for t in res.trained[seed].values():
-            if t.stage is not None:
-                training[t.stage] = {"identity_hash": ctx.stage_dir(
-                    t.stage, t.identity["trained"]).name, **t.figures.asdict()}
-    results: dict[str, dict[str, list[dict]]] = {}  # set -> tracker -> one row per seed
-    for set_name, rows in res.rows.items():
-        results[set_name] = {"static": [{"seed": None, **res.static[set_name]}], **rows}
-    trackers = list(results["generated-test"])
-    strip_boxes = {label: {r["name"]: r["boxes"]
-                           for r in records[cfg.seeds[0]][:cfg.strip_sequences]}
-                   for label, records in res.records["generated-test"].items()}
-    summary = {s: {t: {k: dict(zip(("mean", "sd"), mean_sd([x.get(k) for x in r])))
-                       for k in ("auc", "precision", "norm_precision", "ao", "sr50",
-                                 "sr75", "fps")}
-                   for t, r in rows.items()} for s, rows in results.items()}
-    for s, rows in results.items():
-        auc = {t: [r["sequence_auc"] for r in rows[t]] for t in trackers}
-        for a, b in pairs:
-            summary[s][f"{a} vs {b}"] = (
-                paired_seeds_and_sequences(rows[a], rows[b]) if validation is not None
-                else sequence_difference(auc[a], auc[b]))
-    test = data.eval_sets["generated-test"]
-    strips = test[:cfg.strip_sequences]
-    figures = {}
-    net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
-    title = (f"Box-Siam (SiamFC, {net} width {cfg.width}) trained {cfg.steps} steps on "
-             f"{len(data.train)} {report.training_data_name(cfg.train_data)} "
-             f"sequences; seeds {list(cfg.seeds)}")
-    if validation is not None:
-        title = (f"Box heads (KLD-IS, NCE, NCE+, ML-IS) on Box-Siam (SiamFC, {net} width "
-                 f"{cfg.width}, {cfg.steps} steps; heads {cfg.box_head.steps} steps"
-                 f"{', joint' if cfg.box_head_joint else ', frozen backbone'}) against "
-                 f"SiamFC's scale search; {len(data.train) - cfg.validation_sequences} "
-                 f"training + {cfg.validation_sequences} validation sequences; seeds "
-                 f"{list(cfg.seeds)}")
-        markdown = box_head_report.box_head_markdown(
-            summary, pairs, validation, title=title, seeds=cfg.seeds,
-            reference=cfg.reference, reference_note=cfg.reference_note)
-        figures["generated-test_auc.png"] = functools.partial(
-            report.auc_dots_figure, results["generated-test"], "generated-test")
-        markdown += "\n![AUC per arm, seeds as dots](generated-test_auc.png)\n"
-    else:
-        markdown = report.report_markdown(summary, pairs, title=title,
-                                          seeds=cfg.seeds, reference=dict(cfg.reference),
-                                          reference_note=cfg.reference_note)
-    for s in results:
-        curves = {t: results[s][t] for t in trackers}
-        figures[f"{s}_success.png"] = functools.partial(report.success_figure, curves, s)
-        figures[f"{s}_precision.png"] = functools.partial(report.precision_figure, curves, s)
-        markdown += f"\n![success plot, {s}]({s}_success.png) " \
-                    f"![precision plot, {s}]({s}_precision.png)\n"
-    if strips:
-        figures["strips.png"] = functools.partial(report.strip_figure, strips, strip_boxes,
-                                                  cfg.strip_frames)
-        markdown += "\n![frames with the true (green) and tracked boxes](strips.png)\n"
-    payload = {"experiment": cfg.experiment, "train_sequences": len(data.train),
-               "eval_sets": {s: len(v) for s, v in data.eval_sets.items()},
-               "training": training, "tables": results, "summary": summary,
-               "reference": dict(cfg.reference)}
-    if validation is not None:
-        payload["arms"] = [a.describe() for a in arms]
-        payload["validation"] = validation
-    if cfg.init == "moco":
-        payload["start"] = start = backbone_start(cfg, ctx, data)
-        markdown += report.start_markdown(start["probe"], start["settings"])
-    return Report(payload, markdown, figures)
+    return tracking_report(cfg, ctx, data, arms, res, validation)
 
 
-def backbone_start(cfg, ctx, data) -> dict:
-    """The MoCo start's settings and probe, for the results (`init="moco"`)."""
-    import dataclasses as dc
-
-    from ebm_jax.recipes.tracking.backbone_pretraining import probe
-
-    return {"settings": dc.asdict(cfg.moco),
-            "probe": probe(cfg, ctx, stages.held_out(data, cfg))}

@@ -49,17 +49,20 @@ from ebm_jax.contrastive.socl import SoCLSettings
 from ebm_jax.recipes.tracking import socl_arms as arms_lib
 from ebm_jax.recipes.tracking import socl_diagnostics
 from ebm_jax.recipes.tracking import socl_stages as stages
-from ebm_jax.recipes.tracking import sparse_boxes
 from ebm_jax.recipes import tracking
 from ebm_jax.recipes.tracking import stages as tstages
 from ebm_jax.recipes.tracking.socl_arms import SoCLRun, budgeted, point_kinds
-from ebm_jax.recipes.tracking.arms import Arm, Experiment, pairs_of, run_arms
+from ebm_jax.recipes.tracking.arms import pairs_of, run_arms
+from ebm_jax.recipes.tracking.socl_data import (Opened, budget_plan, check_dcf, held_out,
+                                                with_points)
+from ebm_jax.recipes.tracking.socl_experiments import EXPERIMENTS, arms_of, count_stages
 from ebm_jax.report import Report
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.dcf import DCFSettings
 from ebm_jax.train.stages import RunContext
 
-__all__ = ["BoxHeadSettings", "Config", "DCFSettings", "check", "preset", "run"]
+__all__ = ["EXPERIMENTS", "BoxHeadSettings", "Config", "DCFSettings", "arms_of", "check",
+           "count_stages", "preset", "run"]
 
 @dataclasses.dataclass(frozen=True)
 class Config(tracking.Config):
@@ -298,9 +301,9 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
     from ebm_jax import checks
     from ebm_jax.models.tracking_backbones import tracking_backbone_flops
 
-    data, validation = _held_out(cfg, _with_points(cfg, ctx, tracking.check(cfg, ctx)))
+    data, validation = held_out(cfg, with_points(cfg, ctx, tracking.check(cfg, ctx)))
     if any(a.tracker.name == "dcf" for a in arms_of(cfg)):
-        _check_dcf(cfg)
+        check_dcf(cfg)
     if cfg.experiment == "table5":
         from ebm_jax.tracking.pseudo_boxes import check_points_on_frame
 
@@ -327,139 +330,18 @@ def check(cfg: Config, ctx: RunContext) -> Opened:
                              f"{sum(len(a) > 1 for a in annotated)} training sequences have "
                              f"two annotated frames ({kind} points)")
     return Opened(data, validation,
-                  _budget_plan(cfg, ctx, data) if budgeted(arms_of(cfg)) else None)
-
-
-def _check_dcf(cfg: Config) -> None:
-    """The correlation filter's levels and crop fit the backbone (before training)."""
-    from flax import nnx
-
-    from ebm_jax.models.tracking_backbones import tracking_backbone
-    from ebm_jax.tracking.dcf import level_layout
-
-    model = tracking_backbone(cfg.backbone, width=cfg.width, rngs=nnx.Rngs(0))
-    names = model.level_names
-    if cfg.dcf.levels is not None and max(cfg.dcf.levels) >= len(names):
-        raise ConfigError(f"--config.dcf.levels must be {cfg.backbone} levels in [0, "
-                          f"{len(names) - 1}] ({', '.join(names)}; by default "
-                          f"{model.dcf_levels}), got {cfg.dcf.levels!r}")
-    try:
-        level_layout(model, cfg.dcf)
-    except ValueError as error:
-        raise ConfigError(f"--config.dcf: {error}") from error
-
-
-def _held_out(cfg: Config, data):
-    """(data with the training split less its last `validation_sequences`, (those
-    sequences, their identity) or None): every arm trains on the first alone."""
-    if not cfg.validation_sequences:
-        return data, None
-    return tstages.held_out(data, cfg), tstages.validation_split(data, cfg)
-
-
-def _with_points(cfg: Config, ctx, data):
-    """The tracking recipe's data; with `points_from_boxes`, training sequences without
-    points get the box centres (and shifted centres) as their point annotations."""
-    if not cfg.points_from_boxes:
-        return data
-    train = [stages.points_from_boxes(s, cfg.point_shift, ctx.seed_of("points", s.name))
-             for s in data.train]
-    identity = {**data.identity, "train": {"of": data.identity["train"],
-                                           "points_from_boxes": cfg.point_shift}}
-    return dataclasses.replace(data, train=train, identity=identity)
-
-
-def _budget_plan(cfg: Config, ctx, data) -> dict:
-    """{(method, hours): (sequence indices, annotated frames)} of the table2 budgets."""
-    annotated = [stages.annotated_frames(s, cfg.points, cfg.annotate_every)
-                 for s in data.train]
-    plan, total = {}, sum(len(a) for a in annotated)
-    for h in cfg.budgets_hours:
-        for method, per in (("box-siam", cfg.box_seconds), ("socl", cfg.point_seconds)):
-            frames = int(h * 3600 / per)
-            idx, spent = stages.budget_subset(data.train, annotated, frames,
-                                              seed=ctx.seed_of("budget", "order"))
-            if frames > total:
-                raise ValueError(
-                    f"--config.budgets_hours: {h:g} h buys {frames} {method} frames, more "
-                    f"than the {total} annotated frames of the whole train split: lower "
-                    "the budget or raise --config.num_train_sequences")
-            need = cfg.videos if method == "socl" else 1
-            if len(idx) < need:
-                raise ValueError(
-                    f"--config.budgets_hours: {h:g} h buys {frames} {method} frames, "
-                    f"{len(idx)} sequences, but {method} needs at least {need}: raise the "
-                    "budget or --config.num_train_sequences")
-            plan[(method, h)] = (idx, spent)
-    return plan
-
-
-@dataclasses.dataclass(frozen=True)
-class Opened:
-    """What `check` opened, for `run`: the data (its training split less the validation
-    sequences), the validation split ((sequences, identity); None without one) and the
-    budget plan ({(method, hours): (sequence indices, annotated frames)}; None when no
-    arm has a budget)."""
-
-    data: tstages.TrackingData
-    validation: tuple | None
-    plan: dict | None
-
-
-EXPERIMENTS = {
-    "table1": Experiment(arms_lib.table1, "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST "
-                                  "60.9 (each step helps)"),
-    "figure7": Experiment(arms_lib.figure7, "small theta_b or theta_p hurt; theta_b = 0.8, b_p = "
-                                    "0.6 chosen"),
-    "figure8": Experiment(arms_lib.figure8, "BCE-Siam on pseudo boxes is below SoCL-Siam at every "
-                                    "alpha"),
-    "table2": Experiment(arms_lib.table2, "OTB-15 AUC at 110/220/440/880 h: Box-Siam "
-                                  "51.7/54.0/55.2/57.0, SoCL-Siam 53.3/54.9/56.5/57.8 "
-                                  "(SoCL ahead at every budget)"),
-    "table3": Experiment(arms_lib.table3, "DPR/AUC Res18-CF -> SoCL-CF: OTB-13 91.3/68.5 -> "
-                                  "92.7/69.6, OTB-15 87.8/65.9 -> 89.7/67.1, UAV123 "
-                                  "70.1/51.8 -> 72.3/52.6; VOT18 EAO 0.207 -> 0.216; LaSOT "
-                                  "AUC 31.0 -> 32.2 (SoCL-CF ahead on all five, by 0.8-2.2 "
-                                  "AUC points; Res18-CF on an ImageNet ResNet-18)"),
-    "table5": Experiment(arms_lib.table5, "GOT-10k AO / SR0.5: TransT on every box (4.0K h) 67.1 / "
-                                  "76.8, SoCL-TransT on pseudo boxes at T = 10 (1.2K h) "
-                                  "62.2 / 72.4: 92.7% / 94.3% of it at 30% of the "
-                                  "annotation cost (3.16 s per frame against 10.2)",
-                         after=sparse_boxes.pseudo_box_sweep),
-    "table6": Experiment(arms_lib.table6, "points shifted 20 px cost 0.2-0.8 AUC points"),
-    "lst": Experiment(arms_lib.lst_study, "+mix-up -> +LST: OTB-13 AUC 58.1 -> 60.9, VOT-16 EAO "
-                               "0.231 -> 0.244 (Table 1); no TOP temperature, no "
-                               "denominator or symmetrisation choice stated"),
-    "table4": Experiment(arms_lib.table4, "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points "
-                                  "$7.0k and 883 h; training SiamFC 8 h, SoCL 24 h on a "
-                                  "V100 at $0.90/h"),
-}
-
-
-def arms_of(cfg: Config) -> list[Arm]:
-    """The rows of `cfg.experiment`'s table."""
-    return EXPERIMENTS[cfg.experiment].arms(cfg)
-
-
-def count_stages(cfg: Config) -> int | None:
-    """The run's training stages, for "stage i of n" and the run's ETA: per seed one
-    per distinct training of the table's arms (`socl_arms.training_key`), the MoCo
-    start once; None for Table 5 (its box-head arms train stages of their own)."""
-    if cfg.experiment == "table5":
-        return None
-    keys = {arms_lib.training_key(cfg, a) for a in arms_of(cfg) if a.method in arms_lib.TRAINED}
-    return len(cfg.seeds) * len(keys) + (cfg.init == "moco")
+                  budget_plan(cfg, ctx, data) if budgeted(arms_of(cfg)) else None)
 
 
 def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     from ebm_jax.report import socl as report
 
     opened = opened if opened is not None else Opened(
-        *_held_out(cfg, _with_points(cfg, ctx, tstages.open_data(cfg, ctx))), None)
+        *held_out(cfg, with_points(cfg, ctx, tstages.open_data(cfg, ctx))), None)
     data, plan, validation = opened.data, opened.plan, opened.validation
     arms = arms_of(cfg)
     if plan is None and budgeted(arms):
-        plan = _budget_plan(cfg, ctx, data)
+        plan = budget_plan(cfg, ctx, data)
     tops = {kind: stages.top_cache(ctx, data.train, data.identity["train"], kind,
                                    cfg.annotate_every) for kind in point_kinds(arms)}
     env = SoCLRun(cfg, ctx, data, plan, tops)
