@@ -148,11 +148,12 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         found_center = state.center + (crop_yx - mid) * side / size
         center = jnp.where(loc.found, found_center, state.center)
         box_size = state.size
-        if box_branch is not None:  # the box branch refines a found target's box
-            r_center, r_size = box_branch.refine(params_r, state.refiner, frame, center,
-                                                 state.size, state.pad, state.frame)
-            center = jnp.where(loc.found, r_center, center)
-            box_size = jnp.where(loc.found, r_size, state.size)
+        if box_branch is not None:  # the box branch refines a found target's box (only)
+            center, box_size = jax.lax.cond(
+                loc.found,
+                lambda: box_branch.refine(params_r, state.refiner, frame, center,
+                                          state.size, state.pad, state.frame),
+                lambda: (center, state.size))
         frame_no = state.frame + 1
         lr = jnp.where(loc.hard_negative, o.hard_negative_learning_rate, o.learning_rate)
         sample_box = cells_box(m, center, box_size, state.center, side)
