@@ -4,6 +4,8 @@ DCF's on the validation and test splits, with the paired differences."""
 
 import json
 
+import pytest
+
 from ebm_jax import cli
 
 
@@ -59,3 +61,38 @@ def test_the_tiny_table4_run_tracks_dimp_refined_by_each_head(tmp_path, capsys):
     assert sum(k.startswith("box-head-") for k in stages) == 2
     assert sum(k.startswith("dimp-") for k in stages) == 1
     del sizes
+
+
+@pytest.mark.slow
+def test_the_tiny_joint_run_tracks_each_joint_tracker_and_its_centre(tmp_path, capsys):
+    """DiMP's classifier and the box head trained on one batch (the backbone trained by
+    both in the tiny variant): per loss the refined tracker and its centre alone."""
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    assert cli.main(["run", "ebm_table4_dimp_joint:tiny", "--workdir", str(runs),
+                     "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    data = json.loads((out / "results.json").read_text())
+    rows = data["tables"]["generated-test"]
+    assert {"box-siam", "DiMP-kld-is joint", "DiMP-kld-is joint centre", "DiMP-nce joint",
+            "DiMP-nce joint centre"} <= set(rows)
+    summary = data["summary"]["generated-test"]
+    for pair in ("DiMP-kld-is joint vs DiMP-kld-is joint centre",
+                 "DiMP-nce joint vs DiMP-kld-is joint", "DiMP-nce joint vs box-siam"):
+        assert pair in summary
+    stages = sorted(k for k in data["training"] if k.startswith("dimp-joint-"))
+    assert stages == ["dimp-joint-kld-is-s0", "dimp-joint-nce-s0"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.dimp.box_weight=0", "DiMPJointTraining.box_weight must be a number in (0, 1000]"),
+    ("--config.dimp.backbone_lr=-1", "DiMPJointTraining.backbone_lr must be a number in [0, 1]"),
+    ("--config.dimp.crop_size=191", "DiMPJointTraining.crop_size must be 255"),
+])
+def test_bad_joint_settings_are_refused_before_training(tmp_path, capsys, override, message):
+    runs = tmp_path / "runs"
+    assert cli.main(["run", "ebm_table4_dimp_joint:tiny", "--workdir", str(runs), "--out",
+                     str(tmp_path / "out"), "--no-progress", override]) != 0
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+    assert not any(runs.glob("box-siam-*"))

@@ -139,8 +139,9 @@ class Config:
     # step lengths are chosen (`box_head.TRACKER_CHOICES`); () keeps
     # box_head's own
     tracker_choices: tuple[str, ...] = tuple(TRACKER_CHOICES)
-    # the dimp-centre experiment: DiMP's classifier on the frozen Box-Siam backbone,
-    # its centre against SiamFC's (one scale) and the DCF's, on the validation split
+    # the DiMP experiments: DiMP's classifier on the frozen Box-Siam backbone (its
+    # centre against SiamFC's and the DCF's; refined by the box head), or trained with
+    # the box head on one batch (dimp-joint: a DiMPJointTraining)
     dimp: DiMPTraining = DiMPTraining()
 
     # `ebm-jax show`'s sections (`ebm_jax.config_show`); fields in none are "settings"
@@ -166,7 +167,7 @@ class Config:
         unused = []
         if self.init != "moco":
             unused.append("MoCo start")
-        if self.experiment not in ("box-head", "dimp-box-head"):
+        if self.experiment not in ("box-head", "dimp-box-head", "dimp-joint"):
             unused.append("box head")
         if not str(self.experiment).startswith("dimp"):
             unused.append("DiMP")
