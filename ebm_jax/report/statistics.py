@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["aggregate", "mean_sd", "paired_difference", "paired_seeds_and_sequences",
-           "sequence_difference", "standard_error"]
+__all__ = ["aggregate", "arm_difference", "mean_sd", "paired_difference",
+           "paired_seeds_and_sequences", "sequence_difference", "standard_error"]
 
 
 def standard_error(d: np.ndarray) -> float | None:
@@ -64,6 +64,28 @@ def sequence_difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float
     The mean difference and its standard error over sequences."""
     d = np.mean(np.asarray(a, np.float64), 0) - np.mean(np.asarray(b, np.float64), 0)
     return {"mean": float(d.mean()), "se": standard_error(d), "num_sequences": int(len(d))}
+
+
+def arm_difference(a: Sequence[Mapping], b: Sequence[Mapping], key: str = "auc") -> dict:
+    """a - b of two tracking arms' rows (one per seed, each with "seed", `key` and
+    "sequence_" + `key`; a seedless arm, such as the tracker that never moves, has one
+    row of seed None, which pairs with every seed of the other): the difference paired by
+    sequence of the seed-averaged arms ("mean", "se" over sequences, "num_sequences";
+    `sequence_difference`) and, with two or more seeds, the same paired by seed too
+    ("se_seeds", "se_sequences", "per_seed", "seeds", "real": beyond twice the larger
+    standard error; `paired_seeds_and_sequences`)."""
+    out = sequence_difference([r[f"sequence_{key}"] for r in a],
+                              [r[f"sequence_{key}"] for r in b])
+    seeds = [r["seed"] for r in (a if len(a) >= len(b) else b)]
+    if len(seeds) < 2:
+        return out
+
+    def by_seed(rows):
+        if len(rows) == 1 and rows[0].get("seed") is None:
+            return [{**rows[0], "seed": s} for s in seeds]
+        return rows
+
+    return {**out, **paired_seeds_and_sequences(by_seed(a), by_seed(b), key)}
 
 
 def paired_seeds_and_sequences(a: Sequence[Mapping], b: Sequence[Mapping],

@@ -73,7 +73,9 @@ def report_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]], *, title
         lines = []
         for a, b in pairs:
             d = rows.get(f"{a} vs {b}")
-            if d and d.get("se") is not None:
+            if d and d.get("se_seeds") is not None:  # two or more seeds: both errors
+                lines.append(paired_line(a, b, d))
+            elif d and d.get("se") is not None:
                 z = d["mean"] / d["se"] if d["se"] > 0 else float("inf")
                 verdict = ("a difference beyond 2 standard errors" if abs(z) > 2
                            else "not a difference beyond 2 standard errors")

@@ -8,6 +8,7 @@ import pytest
 
 from ebm_jax.report.statistics import (
     aggregate,
+    arm_difference,
     mean_sd,
     paired_difference,
     paired_seeds_and_sequences,
@@ -70,3 +71,21 @@ def test_paired_seeds_and_sequences_matches_seeds_and_gives_both_errors():
     assert out["real"] is True  # 0.15 > 2 x 0.05
     single = paired_seeds_and_sequences(a[:1], b[1:])
     assert single["se_seeds"] is None and single["real"] is False
+
+
+def test_arm_difference_gives_both_errors_from_two_seeds_and_pairs_a_seedless_arm():
+    a = [{"seed": 0, "auc": 0.6, "sequence_auc": [0.5, 0.7]},
+         {"seed": 1, "auc": 0.7, "sequence_auc": [0.6, 0.8]}]
+    static = [{"seed": None, "auc": 0.5, "sequence_auc": [0.4, 0.6]}]
+    out = arm_difference(a, static)
+    # by sequence: a's seed mean (0.55, 0.75) - (0.4, 0.6) = (0.15, 0.15)
+    assert out["num_sequences"] == 2 and out["se"] == pytest.approx(0.0, abs=1e-15)
+    # by seed: the static row pairs with each seed: (0.1, 0.2)
+    assert out["seeds"] == [0, 1]
+    assert out["per_seed"] == pytest.approx([0.1, 0.2], abs=1e-15)
+    assert out["mean"] == pytest.approx(0.15, abs=1e-15)
+    assert out["se_seeds"] == pytest.approx(0.05, rel=1e-12)  # sd (0.1, 0.2) / sqrt 2
+    assert out["real"] is True  # 0.15 > 2 x max(0.05, 0)
+    one = arm_difference(a[:1], static)  # one seed: over sequences only
+    assert "se_seeds" not in one and one["se"] == pytest.approx(0.0, abs=1e-15)
+    assert one["mean"] == pytest.approx(0.1, abs=1e-15)

@@ -14,8 +14,7 @@ from ebm_jax.recipes.tracking.arms import pairs_of
 from ebm_jax.report import Report
 from ebm_jax.report import box_head as box_head_report
 from ebm_jax.report import tracking as report
-from ebm_jax.report.statistics import (mean_sd, paired_seeds_and_sequences,
-                                       sequence_difference)
+from ebm_jax.report.statistics import arm_difference, mean_sd, paired_seeds_and_sequences
 
 
 def tracking_report(cfg, ctx, data, arms, res, validation) -> Report:
@@ -43,11 +42,10 @@ def tracking_report(cfg, ctx, data, arms, res, validation) -> Report:
                                  "sr75", "fps")}
                    for t, r in rows.items()} for s, rows in results.items()}
     for s, rows in results.items():
-        auc = {t: [r["sequence_auc"] for r in rows[t]] for t in trackers}
         for a, b in pairs:
             summary[s][f"{a} vs {b}"] = (
                 paired_seeds_and_sequences(rows[a], rows[b]) if validation is not None
-                else sequence_difference(auc[a], auc[b]))
+                else arm_difference(rows[a], rows[b]))
     test = data.eval_sets["generated-test"]
     strips = test[:cfg.strip_sequences]
     figures = {}
