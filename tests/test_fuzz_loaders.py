@@ -408,6 +408,85 @@ def test_a_damaged_got10k_annotation_is_one_line(tmp_path_factory, got10k_folder
         assert str(dest) in text or rel.parent.name in text or name in text, text
 
 
+def test_damaged_got10k_annotations_are_one_line_at_the_command_line(
+        tmp_path_factory, got10k_folder, capsys):
+    """A sample of byte-damaged GOT-10k annotation files under --config.got10k_root
+    (its val split): each one the reader refuses is refused by `ebm-jax run` before any
+    data is generated or stage trained, exit code 2, one line naming the file's folder."""
+    from ebm_jax import cli
+    from ebm_jax.data.sequences import read_got10k
+
+    path, texts = got10k_folder
+    rng = np.random.default_rng(1)
+    names = [k for k in texts if k.name in ("list.txt", "groundtruth.txt", "absence.label")]
+    refused = tried = 0
+    while refused < 6 and tried < 200:
+        tried += 1
+        rel = names[tried % len(names)]
+        data = bytearray(texts[rel])
+        for at in rng.integers(0, len(data), size=2):
+            data[at] = int(rng.integers(0, 256))
+        root = tmp_path_factory.mktemp("cli_got") / "root"
+        shutil.copytree(path, root / "val")
+        (root / "val" / rel).write_bytes(bytes(data))
+        try:
+            _read_all_annotations(lambda r: read_got10k(r, split="val"))(root)
+            continue  # a mutant the reader takes (a digit for a digit, say)
+        except ValueError:
+            pass
+        work = root.parent / "w"
+        rc = cli.main(["run", "siamfc_box:tiny", f"--config.got10k_root={root}",
+                       "--workdir", str(work), "--out", str(root.parent / "o"),
+                       "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "\n" not in err, err
+        assert str(root / "val") in err, err
+        assert not (root.parent / "o").exists()
+        assert not any(work.glob("box-siam-*")) and not any(work.glob("data/*-*"))
+        refused += 1
+    assert refused == 6, f"only {refused} of {tried} mutants refused by the reader"
+
+
+def test_damaged_generated_records_are_one_line_at_the_command_line(tmp_path, capsys):
+    """The generated splits' records in a work directory, their description damaged
+    (a sample of byte mutants the reader refuses): the next `ebm-jax run` there stops
+    before any stage with exit code 2 and one line naming the records folder."""
+    from ebm_jax import cli
+    from ebm_jax.config import load_config
+    from ebm_jax.data.tracking_records import read_tracking_records
+    from ebm_jax.recipes.tracking.data import open_data
+    from ebm_jax.train.stages import RunContext
+
+    cfg = load_config("siamfc_box:tiny")
+    work = tmp_path / "w"
+    with RunContext(work, seed=cfg.seed, progress=False, log=lambda _: None) as ctx:
+        open_data(cfg, ctx)
+    (records,) = [p for p in (work / "data").glob("train-*.records")]
+    (meta,) = records.glob("*/*/metadata.json")
+    original = meta.read_bytes()
+    rng = np.random.default_rng(2)
+    refused = tried = 0
+    while refused < 4 and tried < 100:
+        tried += 1
+        data = bytearray(original)
+        for at in rng.integers(0, len(data), size=2):
+            data[at] = int(rng.integers(0, 256))
+        meta.write_bytes(bytes(data))
+        try:
+            read_tracking_records(records)
+            continue
+        except ValueError:
+            pass
+        rc = cli.main(["run", "siamfc_box:tiny", "--workdir", str(work), "--out",
+                       str(tmp_path / "o"), "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and "\n" not in err, err
+        assert str(records) in err, err
+        assert not (tmp_path / "o").exists() and not any(work.glob("box-siam-*"))
+        refused += 1
+    assert refused == 4, f"only {refused} of {tried} mutants refused by the reader"
+
+
 @pytest.fixture(scope="module")
 def otb_folder(tmp_path_factory):
     """A small OTB-layout folder: Seq/img/0001.jpg.. and groundtruth_rect.txt."""
