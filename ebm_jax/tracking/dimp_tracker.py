@@ -20,6 +20,14 @@ with mean-colour padding, is `dimp.crop_context` times larger where the backbone
 covers only the crop's middle (valid convolutions). The first frame
 gives `len(shifts) + 1` training samples: the crop, its horizontal flip when `flip`, and
 the crop moved by each of `shifts` (fractions of its side), each with its target box.
+
+DiMP sizes its box with its IoU branch only. `scale_num` > 1 adds SiamFC's scale search
+instead (Bertinetto et al. 2016; a baseline the box branch should beat): the search crop
+is cut at `scale_num` sides, side x scale_step^k for k = -(n // 2) .. n // 2, each scored
+by the target model; the scale whose peak (times `scale_penalty` off the central scale)
+is highest gives the centre, and a found target's size moves by the damped step
+size x (1 - scale_lr + scale_lr x scale_step^k). The frame joins the memory from that
+scale's crop.
 """
 
 from __future__ import annotations
@@ -46,10 +54,26 @@ class DiMPTrackerSettings:
     flip: bool = True
     shifts: tuple[tuple[float, float], ...] = ((0.06, 0.0), (-0.06, 0.0), (0.0, 0.06),
                                                (0.0, -0.06))
+    # SiamFC's scale search (its published values); scale_num 1: none (DiMP's own)
+    scale_num: int = 1
+    scale_step: float = 1.0375
+    scale_penalty: float = 0.9745
+    scale_lr: float = 0.59
 
     def __post_init__(self):
         self.predictor.check()
         self.online.check()
+        n = self.scale_num
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n % 2 == 0 or n > 9:
+            raise ValueError(f"scale_num must be an odd integer in [1, 9] (1: no scale "
+                             f"search), got {n!r}")
+        for name, low, high in (("scale_step", 1.0, 2.0), ("scale_penalty", 0.0, 1.0),
+                                ("scale_lr", 0.0, 1.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+                    low < v <= high):
+                raise ValueError(f"{name} must be a number in ({low:g}, {high:g}], got "
+                                 f"{v!r}")
         if not 0 < self.search_area_factor <= 20:
             raise ValueError(f"search_area_factor must be in (0, 20], got "
                              f"{self.search_area_factor!r}")
@@ -134,13 +158,21 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         return DiMPState(center, box_size, pad, filt, memory, jnp.zeros((), jnp.int32),
                          jnp.ones((), jnp.float32), branch)
 
+    half = s.scale_num // 2
+    scales = jnp.asarray([s.scale_step ** k for k in range(-half, half + 1)], jnp.float32)
+    penalties = jnp.asarray([1.0 if k == 0 else s.scale_penalty
+                             for k in range(-half, half + 1)], jnp.float32)
+
     def update(params, state: DiMPState, frame):
         params, params_r = split(params)
         frame = jnp.asarray(frame, jnp.float32)
-        side = side_of(state.size)
-        crop = crop_square(frame, state.center, side, size, state.pad)
-        m, feats = features(params, crop[None])
-        scores = dimp.apply_filter(feats, state.filt)[0]
+        sides = side_of(state.size) * scales
+        crops = jnp.stack([crop_square(frame, state.center, sides[k], size, state.pad)
+                           for k in range(s.scale_num)])
+        m, feats = features(params, crops)
+        all_scores = dimp.apply_filter(feats, state.filt)  # (scales, H, W)
+        best = jnp.argmax(penalties * jnp.max(all_scores, axis=(1, 2)))
+        side, scores, feats = sides[best], all_scores[best], feats[best][None]
         loc = online.localize(scores, o)
         cell_yx = loc.center_yx - to_score
         crop_yx = m.offset + m.stride * cell_yx
@@ -148,12 +180,15 @@ def make_dimp_tracker(net, settings: DiMPTrackerSettings = DiMPTrackerSettings()
         found_center = state.center + (crop_yx - mid) * side / size
         center = jnp.where(loc.found, found_center, state.center)
         box_size = state.size
+        if s.scale_num > 1:  # (with one scale the size is kept exactly)
+            step = 1.0 - s.scale_lr + s.scale_lr * scales[best]
+            box_size = jnp.where(loc.found, state.size * step, state.size)
         if box_branch is not None:  # the box branch refines a found target's box (only)
             center, box_size = jax.lax.cond(
                 loc.found,
                 lambda: box_branch.refine(params_r, state.refiner, frame, center,
-                                          state.size, state.pad, state.frame),
-                lambda: (center, state.size))
+                                          box_size, state.pad, state.frame),
+                lambda: (center, box_size))
         frame_no = state.frame + 1
         lr = jnp.where(loc.hard_negative, o.hard_negative_learning_rate, o.learning_rate)
         sample_box = cells_box(m, center, box_size, state.center, side)

@@ -9,12 +9,13 @@ Per seed, Box-Siam (SiamFC's AlexNet trained on boxes) is trained on the generat
 training split less its last `validation_sequences`; on its frozen backbone DiMP's
 classifier (`dimp_centre.py`) and one box head per loss (`ebm_table4_box_head.py`'s
 heads, `box_head` settings as given: not chosen on validation here) are trained. Rows:
-Box-Siam's scale search, DiMP's centre alone (the first frame's size), each head on
-SiamFC's centre and each head on DiMP's centre, which sizes the box as the tracker goes
-and whose refined box joins DiMP's sample memory. The validation split is tracked too (a
-diagnostic) and the test split once. Paired differences: each DiMP-<loss> against DiMP's
-centre alone and against the same head on SiamFC's centre, and the losses against each
-other (NCE+ - KLD-IS, NCE+ - NCE, NCE - KLD-IS).
+Box-Siam's scale search, DiMP's centre alone (the first frame's size), DiMP's centre
+sized by SiamFC's scale search (what a box branch must beat), each head on SiamFC's
+centre and each head on DiMP's centre, which sizes the box as the tracker goes and whose
+refined box joins DiMP's sample memory. The validation split is tracked too (a
+diagnostic) and the test split once. Paired differences: each DiMP-<loss> against
+DiMP's centre alone, with the scale search, and against the same head on SiamFC's
+centre, and the losses against each other (NCE+ - KLD-IS, NCE+ - NCE, NCE - KLD-IS).
 
 Variants: quick (AlexNet width 0.25, 50 training sequences of which 10 validate, 30
 test sequences; Box-Siam 600 steps, DiMP's classifier 300 steps of 4 samples, heads 600

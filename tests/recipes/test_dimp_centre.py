@@ -48,10 +48,11 @@ def test_the_tiny_table4_run_tracks_dimp_refined_by_each_head(tmp_path, capsys):
     capsys.readouterr()
     data = json.loads((out / "results.json").read_text())
     rows = data["tables"]["generated-test"]
-    assert {"box-siam", "DiMP centre", "box-head-kld-is", "box-head-nce", "DiMP-kld-is",
-            "DiMP-nce"} <= set(rows)
+    assert {"box-siam", "DiMP centre", "DiMP scale search", "box-head-kld-is",
+            "box-head-nce", "DiMP-kld-is", "DiMP-nce"} <= set(rows)
     summary = data["summary"]["generated-test"]
     for pair in ("DiMP-kld-is vs DiMP centre", "DiMP-kld-is vs box-head-kld-is",
+                 "DiMP-kld-is vs DiMP scale search", "DiMP scale search vs DiMP centre",
                  "DiMP-nce vs DiMP centre", "DiMP-nce vs DiMP-kld-is"):
         assert pair in summary
     # the refined tracker reports boxes of other sizes than the first frame's

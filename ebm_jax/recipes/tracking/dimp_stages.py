@@ -219,12 +219,22 @@ def dimp_box_head_arms(cfg) -> list[Arm]:
     `box_head_methods`, the box head (trained on the frozen Box-Siam backbone,
     `cfg.box_head`'s settings) refining DiMP's centre ("DiMP-<loss>"), compared with
     DiMP's centre alone, with the same head on SiamFC's centre, and with the other
-    losses (`LOSS_PAIRS`); Box-Siam's scale search and DiMP's centre beside them."""
+    losses (`LOSS_PAIRS`); Box-Siam's scale search, DiMP's centre and DiMP's centre
+    sized by SiamFC's scale search beside them."""
     methods = cfg.box_head_methods
+    scaled = dataclasses.replace(cfg.dimp.tracker, scale_num=stages.SIAMFC.scale_num,
+                                 scale_step=stages.SIAMFC.scale_step,
+                                 scale_penalty=stages.SIAMFC.scale_penalty,
+                                 scale_lr=stages.SIAMFC.scale_lr)
     arms = [Arm("box-siam", "box-siam", box_siam_arm, compared_with=("static",)),
             Arm("DiMP centre", "dimp-centre", dimp_arm, uses=("box-siam",),
                 tracker=Tracker("dimp", cfg.dimp.tracker, dimp_runner),
-                compared_with=("box-siam",))]
+                compared_with=("box-siam",)),
+            # DiMP's centre sized by SiamFC's scale search: what the box branch must beat
+            Arm("DiMP scale search", "dimp-scales",
+                functools.partial(reuse_model, label="DiMP centre"), uses=("DiMP centre",),
+                tracker=Tracker("dimp", scaled, dimp_runner),
+                compared_with=("DiMP centre", "box-siam"))]
     for m in methods:
         settings = dataclasses.replace(cfg.box_head, method=m)
         arms.append(Arm(f"box-head-{m}", f"box-head-{m}",
@@ -233,7 +243,7 @@ def dimp_box_head_arms(cfg) -> list[Arm]:
                         compared_with=("box-siam",), about=(("loss", m), ("centre", "SiamFC"))))
     for m in methods:
         settings = dataclasses.replace(cfg.box_head, method=m)
-        versus = ("DiMP centre", f"box-head-{m}") + tuple(
+        versus = ("DiMP centre", "DiMP scale search", f"box-head-{m}") + tuple(
             f"DiMP-{b}" for a, b in LOSS_PAIRS if a == m and b in methods)
         arms.append(Arm(f"DiMP-{m}", f"dimp-{m}",
                         functools.partial(dimp_with_head, head=f"box-head-{m}"),
