@@ -215,6 +215,27 @@ def ascend_relative(energy: BoxEnergy, inputs, reference, y_init, conditions=Non
     return jax.vmap(one)(xs, jnp.asarray(y_init))
 
 
+def ascend_top_k(energy: BoxEnergy, inputs, box, offsets, *, top_k: int, num_steps: int,
+                 step_length, reject_decreasing: bool = False):
+    """The tracker's refinement of one box (ATOM's procedure, Danelljan et al. 2019,
+    sec. 3.2, as PrDiMP and the EBM regression paper's trackers use it): `box` (4,)
+    xyxy and copies moved by `offsets` (K, 4) in its relative space (cx/w0, cy/h0,
+    log w, log h), each ascended on f (`ascend_boxes`, relative to `box`); the result is
+    the mean, in that space, of the `top_k` refined boxes of highest f (non-finite f
+    last). Returns the box (4,) xyxy. Traceable."""
+    box = jnp.asarray(box, jnp.float32)
+    y0 = encode_relative(box[None], box[None])
+    starts = decode_relative(jnp.concatenate([y0, y0 + jnp.asarray(offsets)], axis=0),
+                             box[None])
+    refs = jnp.broadcast_to(box, starts.shape)
+    boxes, f, _ = ascend_boxes(energy, inputs, starts, num_steps=num_steps,
+                               step_length=step_length, reference=refs,
+                               reject_decreasing=reject_decreasing)
+    top = jnp.argsort(-jnp.where(jnp.isfinite(f), f, -jnp.inf))[:top_k]
+    return decode_relative(jnp.mean(encode_relative(boxes[top], refs[top]), axis=0),
+                           box)
+
+
 def check_detection_batch(boxes, classes, valid, num_classes: int) -> None:
     """Concrete checks before training: valid boxes with positive size, classes in
     [1, num_classes], and at least one valid box."""
@@ -227,6 +248,6 @@ def check_detection_batch(boxes, classes, valid, num_classes: int) -> None:
                          f"[{c[v].min()}, {c[v].max()}]")
 
 
-__all__ = ["BOX_LOSSES", "ascend_boxes", "ascend_relative", "check_detection_batch",
+__all__ = ["BOX_LOSSES", "ascend_boxes", "ascend_relative", "ascend_top_k", "check_detection_batch",
            "example_loss", "image_loss", "make_box_loss", "make_detection_loss",
            "make_tracking_box_loss", "method_loss", "parse_method"]

@@ -21,8 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ebm_jax.energy.boxes import ascend_boxes
-from ebm_jax.ops.boxes import decode_relative, encode_relative
+from ebm_jax.energy.boxes import ascend_top_k
 from ebm_jax.ops.crops import (
     center_to_box,
     check_first_box,
@@ -80,7 +79,7 @@ def make_box_refiner(backbone: nnx.Module, head: nnx.Module,
     paper, sec. 5; ATOM's refinement): a `siamfc.search_size` crop of side
     `settings.head_side` around the coarse box, the head's test features,
     `num_candidates` starting boxes (the coarse box and jittered copies, keys
-    fold_in(fold_in(key(seed), frame_no), 0)), `ascend_boxes`, the mean of the top k,
+    fold_in(fold_in(key(seed), frame_no), 0)), `ascend_top_k` (the mean of the top k),
     then `accept_margin`, `refine_center` and `size_update` of `BoxHeadSettings`.
     `levels`: default the backbone's `box_head_levels`; params = (backbone state in
     eval mode, head state)."""
@@ -117,17 +116,10 @@ def make_box_refiner(backbone: nnx.Module, head: nnx.Module,
         key = jax.random.fold_in(jax.random.fold_in(jax.random.wrap_key_data(state.key),
                                                     frame_no), _JITTER)
         noise = (jax.random.uniform(key, (s.num_candidates - 1, 4)) - 0.5) * jitter_scale
-        y0 = encode_relative(coarse, coarse)
-        starts = decode_relative(
-            jnp.concatenate([y0[None], y0[None] + noise], axis=0), coarse)
-        refs = jnp.broadcast_to(coarse, starts.shape)
-        boxes, f, _ = ascend_boxes(
-            lambda inp, b, c: head_m.score(inp[0], inp[1], b), (state.modulation, test),
-            starts, num_steps=s.refine_steps, step_length=lengths, reference=refs,
-            reject_decreasing=s.reject_decreasing)
-        top = jnp.argsort(-jnp.where(jnp.isfinite(f), f, -jnp.inf))[:s.top_k]
-        best = decode_relative(jnp.mean(encode_relative(boxes[top], coarse), axis=0),
-                               coarse)
+        best = ascend_top_k(lambda inp, b, c: head_m.score(inp[0], inp[1], b),
+                            (state.modulation, test), coarse, noise, top_k=s.top_k,
+                            num_steps=s.refine_steps, step_length=lengths,
+                            reject_decreasing=s.reject_decreasing)
         new_center, new_size = frame_box(best, center, side, size)
         ok = jnp.all(jnp.isfinite(new_center)) & jnp.all(jnp.isfinite(new_size))
         if s.accept_margin is not None:  # only a box the head prefers by the margin

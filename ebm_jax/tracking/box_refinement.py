@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ebm_jax.energy.boxes import ascend_boxes
+from ebm_jax.energy.boxes import ascend_boxes, ascend_top_k
 from ebm_jax.ops.boxes import decode_relative, encode_relative, paired_box_iou
 
 _START, _JITTERED, _RANKED, _DIRECTION = 0, 1, 2, 3  # fold_in purposes
@@ -111,25 +111,69 @@ def boxes_at_iou(key, boxes, iou: float, num_bisections: int = 40):
     return decode_relative(rel + (0.5 * (lo + hi))[:, None] * d, boxes)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrackerProcedure:
+    """The tracker's own refinement (`ascend_top_k`, `BoxHeadSettings`'
+    `num_candidates`, `jitter_center` / `jitter_size` and `top_k`): the start and
+    `num_candidates - 1` copies moved by (U - 0.5) x (jitter_center, jitter_center,
+    jitter_size, jitter_size) in its relative space, each ascended, the mean of the
+    `top_k` of highest f."""
+
+    num_candidates: int = 10
+    jitter_center: float = 0.1
+    jitter_size: float = 0.5
+    top_k: int = 3
+
+    def __post_init__(self):
+        if not 1 <= self.top_k <= self.num_candidates:
+            raise ValueError(f"TrackerProcedure.top_k must be in [1, num_candidates = "
+                             f"{self.num_candidates}], got {self.top_k}")
+        for name in ("jitter_center", "jitter_size"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"TrackerProcedure.{name} must be a number >= 0, got "
+                                 f"{v!r}")
+
+
 def refinement_from_starts(energy, inputs, true_boxes, key, probe: "RefinementProbe",
-                           ious=(0.5, 0.7, 0.8)) -> dict:
+                           ious=(0.5, 0.7, 0.8),
+                           procedure: TrackerProcedure | None = None) -> dict:
     """The refinement from starts of set overlap (the sharper probe): for each IoU of
-    `ious`, starts at that IoU (`boxes_at_iou`) refined as the probe refines. Returns
-    {iou: {"iou_start": (B,), "iou_refined": (B,)}}. Jittable."""
+    `ious`, starts at that IoU (`boxes_at_iou`) refined as the probe refines (one
+    ascent), and, with `procedure`, by the tracker's own procedure from the same start
+    (jittered copies, the top-k mean; keys fold_in(key, 200 + k)). Returns {iou:
+    {"iou_start": (B,), "iou_refined": (B,)[, "iou_procedure": (B,)]}}. Jittable."""
     true_boxes = jnp.asarray(true_boxes, jnp.float32)
+    lengths = np.asarray(probe.step_lengths)
     out = {}
     for k, level in enumerate(ious):
         starts = boxes_at_iou(jax.random.fold_in(key, 100 + k), true_boxes, level)
 
         def refined(inp, truth, start):
             box, _, _ = ascend_boxes(lambda i, bx, c: energy(i, bx), inp, start[None],
-                                     num_steps=probe.num_steps,
-                                     step_length=np.asarray(probe.step_lengths),
+                                     num_steps=probe.num_steps, step_length=lengths,
                                      reject_decreasing=probe.reject_decreasing)
             return paired_box_iou(box[0], truth)
 
         out[float(level)] = {"iou_start": paired_box_iou(starts, true_boxes),
                              "iou_refined": jax.vmap(refined)(inputs, true_boxes, starts)}
+        if procedure is not None:
+            p = procedure
+            scale = jnp.asarray([p.jitter_center, p.jitter_center, p.jitter_size,
+                                 p.jitter_size], jnp.float32)
+            offsets = (jax.random.uniform(jax.random.fold_in(key, 200 + k),
+                                          (len(true_boxes), p.num_candidates - 1, 4))
+                       - 0.5) * scale
+
+            def tracked(inp, truth, start, off):
+                box = ascend_top_k(lambda i, bx, c: energy(i, bx), inp, start, off,
+                                   top_k=p.top_k, num_steps=probe.num_steps,
+                                   step_length=lengths,
+                                   reject_decreasing=probe.reject_decreasing)
+                return paired_box_iou(box, truth)
+
+            out[float(level)]["iou_procedure"] = jax.vmap(tracked)(
+                inputs, true_boxes, starts, offsets)
     return out
 
 
@@ -201,5 +245,5 @@ def refinement_measures(energy, inputs, true_boxes, key, probe: RefinementProbe,
             "chance_outranks": jnp.full((b,), 1.0 / (probe.num_jittered + 1))}
 
 
-__all__ = ["RefinementProbe", "boxes_at_iou", "gaussian_box_energy", "perturb_boxes",
+__all__ = ["RefinementProbe", "TrackerProcedure", "boxes_at_iou", "gaussian_box_energy", "perturb_boxes",
            "refinement_from_starts", "refinement_measures", "spearman"]

@@ -156,3 +156,48 @@ def test_the_wrong_reference_control_separates_an_energy_that_uses_its_reference
         np.testing.assert_allclose(own[level]["iou_start"], level, atol=1e-5)
         np.testing.assert_allclose(own[level]["iou_refined"], 1.0, atol=1e-4)
         assert float(jnp.max(other[level]["iou_refined"])) < 0.5
+
+
+def test_the_trackers_procedure_reaches_the_truth_on_the_control_and_is_one_ascent_alone():
+    """The tracker's own refinement in the probe: on the Gaussian control every jittered
+    copy takes its Newton step to the truth, so the top-k mean is the truth; with one
+    candidate (no copies, top 1) it is the single ascent again."""
+    from ebm_jax.tracking.box_refinement import TrackerProcedure, refinement_from_starts
+
+    boxes = jnp.asarray([[10., 20., 50., 80.], [0., 0., 30., 30.], [5., 5., 100., 40.]])
+    probe = RefinementProbe(step_lengths=(0.05 ** 2,), num_steps=10)
+    energy = gaussian_box_energy(0.05)
+    full = refinement_from_starts(energy, boxes, boxes, jax.random.key(1), probe,
+                                  procedure=TrackerProcedure())
+    single = refinement_from_starts(energy, boxes, boxes, jax.random.key(1), probe,
+                                    procedure=TrackerProcedure(num_candidates=1, top_k=1))
+    for level in (0.5, 0.7, 0.8):
+        np.testing.assert_allclose(full[level]["iou_procedure"], 1.0, atol=1e-4)
+        # the same ascent through another encode / decode: float32 rounding of boxes of
+        # ~100 px, a few eps relative
+        np.testing.assert_allclose(single[level]["iou_procedure"],
+                                   single[level]["iou_refined"], atol=1e-5)
+    with pytest.raises(ValueError, match=r"top_k must be in \[1, num_candidates = 2\]"):
+        TrackerProcedure(num_candidates=2, top_k=3)
+
+
+def test_ascend_top_k_averages_the_k_starts_of_highest_energy():
+    """With no ascent steps the refined boxes are the starts: the result is the mean, in
+    the box's relative space, of the k offsets whose boxes f ranks highest."""
+    from ebm_jax.energy.boxes import ascend_top_k
+    from ebm_jax.ops.boxes import decode_relative, encode_relative
+
+    box = jnp.asarray([10., 10., 50., 30.])
+    offsets = jnp.asarray([[0.2, 0., 0., 0.], [-0.1, 0., 0., 0.], [0., 0.3, 0., 0.],
+                           [0., 0., 0.1, 0.]])
+    # f prefers boxes to the right: the start (cx 0), +0.2 and the two at cx 0 ...
+    def energy(inputs, b, c):
+        return encode_relative(b, jnp.broadcast_to(box, b.shape))[:, 0] * 10.0 - \
+            jnp.abs(encode_relative(b, jnp.broadcast_to(box, b.shape))[:, 1])
+
+    out = ascend_top_k(energy, None, box, offsets, top_k=2, num_steps=0, step_length=1.0)
+    # ranked: +0.2 in cx (f 2), then the start and the log-w one (f 0): ties broken by
+    # order, the start first; the mean of (0.2, 0, 0, 0) and (0, 0, 0, 0)
+    expected = decode_relative(encode_relative(box[None], box[None])[0]
+                               + jnp.asarray([0.1, 0., 0., 0.]), box)
+    np.testing.assert_allclose(out, expected, atol=1e-5)

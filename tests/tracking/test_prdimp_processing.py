@@ -170,6 +170,10 @@ def test_the_probe_runs_on_prdimp_pairs_and_its_control_reaches_the_truth(sequen
         assert row["own_minus_other"] == pytest.approx(
             row["iou_refined"] - row["iou_refined_other_reference"], abs=1e-6)
         assert row["gain_se"] >= 0 and row["own_minus_other_se"] >= 0
+        # the tracker's own procedure (jittered copies, the top-k mean) from the same starts
+        assert row["procedure_gain"] == pytest.approx(row["iou_procedure"] - row["iou_start"],
+                                                      abs=1e-6)
+        assert 0 <= row["iou_procedure"] <= 1 and row["procedure_gain_se"] >= 0
 
 
 def test_candidate_step_lengths_give_what_each_would_alone(sequences):

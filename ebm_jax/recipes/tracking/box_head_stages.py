@@ -36,8 +36,9 @@ from ebm_jax.recipes.tracking.stages import timed_runner
 from ebm_jax.tracking.box_head import BoxHeadSettings
 from ebm_jax.tracking.box_head_tracker import make_box_head_tracker
 from ebm_jax.tracking.box_head_training import make_box_head_loss, training_crops
-from ebm_jax.tracking.box_refinement import (RefinementProbe, gaussian_box_energy,
-                                             refinement_from_starts, refinement_measures)
+from ebm_jax.tracking.box_refinement import (RefinementProbe, TrackerProcedure,
+                                             gaussian_box_energy, refinement_from_starts,
+                                             refinement_measures)
 from ebm_jax.tracking.siamfc import SiamFCSettings
 from ebm_jax.train import create_train_state, make_train_step, merge_model
 from ebm_jax.train.stages import StageFigures, TrainStage
@@ -152,6 +153,9 @@ def _probe_program(graphdef, settings: BoxHeadSettings, siamfc: SiamFCSettings,
     """The jitted probe of one net structure and its settings: compiled once, run for
     every head of that structure and every candidate set of step lengths."""
     control = gaussian_box_energy(settings.label_sigma)
+    # the tracker's own refinement beside the single ascent, with its settings
+    procedure = TrackerProcedure(settings.num_candidates, settings.jitter_center,
+                                 settings.jitter_size, settings.top_k)
     # the control's own step: sigma^2, one Newton step on its curvature 1 / sigma^2
     control_probe = dataclasses.replace(probe, step_lengths=(settings.label_sigma ** 2,))
 
@@ -171,7 +175,7 @@ def _probe_program(graphdef, settings: BoxHeadSettings, siamfc: SiamFCSettings,
         # the sharper probe: starts of set overlap, and the same starts refined with
         # another pair's reference (a head that ignores its reference gains as much)
         starts = refinement_from_starts(score, (mods, tests), test_boxes, key, probe,
-                                        START_IOUS)
+                                        START_IOUS, procedure=procedure)
         other = jax.tree.map(lambda a: jnp.roll(a, 1, axis=0), mods)
         wrong = refinement_from_starts(score, (other, tests), test_boxes, key, probe,
                                        START_IOUS)
@@ -243,7 +247,8 @@ def probe_box_head(net, sequences, settings: BoxHeadSettings,
 
 def _from_starts(parts: dict, n: int) -> dict:
     """The sharper probe's figures per start IoU: the mean refined IoU from starts of
-    that overlap with the pair's own reference and with another pair's, the gains and
+    that overlap with the pair's own reference (one ascent, and the tracker's own
+    procedure: jittered copies, the top-k mean) and with another pair's, the gains and
     the difference (own - other reference), each with its standard error over the n
     pairs (paired by pair)."""
     out = {}
@@ -257,9 +262,13 @@ def _from_starts(parts: dict, n: int) -> dict:
         def se(v):
             return float(v.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")
 
+        tracked = pooled("right", "iou_procedure")
         out[f"{level:g}"] = {
             "iou_start": float(start.mean()), "iou_refined": float(right.mean()),
             "gain": float((right - start).mean()), "gain_se": se(right - start),
+            "iou_procedure": float(tracked.mean()),
+            "procedure_gain": float((tracked - start).mean()),
+            "procedure_gain_se": se(tracked - start),
             "iou_refined_other_reference": float(wrong.mean()),
             "own_minus_other": float((right - wrong).mean()),
             "own_minus_other_se": se(right - wrong)}
