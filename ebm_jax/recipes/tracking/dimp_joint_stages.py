@@ -24,10 +24,7 @@ import math
 import optax
 from flax import nnx
 
-from ebm_jax.data.dimp_samples import dimp_sample_batches
-from ebm_jax.data.pipeline import stream_steps
 from ebm_jax.models.tracking_backbones import tracking_backbone
-from ebm_jax.ops.jitter import CropJitter
 from ebm_jax.recipes.tracking import stages
 from ebm_jax.recipes.tracking.arms import Arm, Tracker
 from ebm_jax.recipes.tracking.box_head import LOSS_PAIRS
@@ -146,11 +143,8 @@ def train_dimp_joint(ctx, sequences, *, data_identity, backbone, backbone_identi
     loss_fn = make_joint_loss(settings.predictor, settings.label_sigma(clf.stride, clf.offset),
                               box_settings, box_weight=settings.box_weight)
     step = make_train_step(graphdef, loss_fn, opt, ctx.mesh, trainable=trainable)
-    jitter = CropJitter(search_area_factor=settings.crop_factor(clf.stride, clf.offset))
-    batches = stream_steps(dimp_sample_batches(
-        sequences, batch_size=settings.batch_size, max_gap=settings.max_gap,
-        seed=ctx.seed_of(name, "samples"), jitter=jitter, out_size=settings.crop_size),
-        settings.steps)
+    batches = settings.sample_batches(sequences, clf.stride, clf.offset,
+                                      seed=ctx.seed_of(name, "samples"))
     ctx.log(f"stage {name}: {settings.steps} steps of {settings.batch_size} samples "
             f"(3 training + 3 test frames; {box_settings.method}, M = "
             f"{box_settings.num_samples}, backbone "

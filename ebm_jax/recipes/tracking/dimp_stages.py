@@ -106,6 +106,15 @@ class DiMPTraining:
                              f"the feature grid ({n} x {n} cells on a {self.crop_size} px "
                              f"crop); allowed: 1 to {n}, or a larger crop_size")
 
+    def sample_batches(self, sequences, stride: float, offset: float, *, seed: int):
+        """`steps` batches of DiMP's samples of `sequences` (`dimp_sample_batches`:
+        `batch_size` samples within `max_gap`, crops of `crop_size` px cut
+        `crop_factor` x the target's size around jittered boxes), streamed."""
+        jitter = CropJitter(search_area_factor=self.crop_factor(stride, offset))
+        return stream_steps(dimp_sample_batches(
+            sequences, batch_size=self.batch_size, max_gap=self.max_gap, seed=seed,
+            jitter=jitter, out_size=self.crop_size), self.steps)
+
     def crop_factor(self, stride: float, offset: float) -> float:
         """The crop's side over the target's sqrt(w h): the search area times the
         crop's context (`dimp.crop_context`)."""
@@ -141,11 +150,8 @@ def train_dimp(ctx, sequences, *, data_identity, backbone, backbone_identity,
     loss_fn = make_dimp_loss(settings.predictor,
                              settings.label_sigma(net.stride, net.offset))
     step = make_train_step(graphdef, loss_fn, opt, ctx.mesh)
-    jitter = CropJitter(search_area_factor=settings.crop_factor(net.stride, net.offset))
-    batches = stream_steps(dimp_sample_batches(
-        sequences, batch_size=settings.batch_size, max_gap=settings.max_gap,
-        seed=ctx.seed_of(name, "samples"), jitter=jitter, out_size=settings.crop_size),
-        settings.steps)
+    batches = settings.sample_batches(sequences, net.stride, net.offset,
+                                      seed=ctx.seed_of(name, "samples"))
     ctx.log(f"stage {name}: {settings.steps} steps of {settings.batch_size} samples "
             f"(3 training + 3 test frames) from {batches.num_sequences} sequences")
     state, figures = stage.run(ctx, state, step, batches)
