@@ -199,8 +199,11 @@ def restricted_load(data, allowed: Mapping[tuple[str, str], Callable], *,
                            persistent_load, encoding)
     try:
         obj = unpickler.load()
-    except PickleRefusedError:
-        raise
+    except PickleRefusedError as error:
+        if what in str(error):
+            raise
+        # a refusal deep in an array or a dtype: the file's name first, as every error
+        raise PickleRefusedError(f"{what}: {error}") from None
     except Exception as error:  # noqa: BLE001 (any malformed pickle: one line)
         raise PickleRefusedError(f"{what} is not a readable pickle "
                                  f"({type(error).__name__}: {error})") from error

@@ -307,7 +307,8 @@ def load_detection_set(annotations: str | Path, image_dir: str | Path, *, image_
     try:
         out = _detection_set(gt, annotations, image_dir, image_size, name)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as error:
-        text = str(error)
+        # one line, also where the file's own strings (a file_name) hold line breaks
+        text = str(error).replace("\r", "\\r").replace("\n", "\\n")
         if str(annotations) in text:  # already names the file
             raise ValueError(text) from None
         what = f"no field {error}" if isinstance(error, KeyError) else text

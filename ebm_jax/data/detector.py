@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Hashable
 from pathlib import Path
 
 import numpy as np
@@ -156,7 +157,10 @@ def check_pre_nms(detections: list[dict], iou: float, where: str) -> None:
 def check_xywh(bbox, where: str) -> np.ndarray:
     """A COCO bbox (x, y, w, h) as 4 finite numbers with w, h > 0, else an error that
     starts with `where`."""
-    box = np.asarray(bbox, float)
+    try:
+        box = np.asarray(bbox, float)
+    except (TypeError, ValueError):  # a dict, a string, a ragged list
+        box = np.full(0, np.nan)
     if box.shape != (4,) or not np.all(np.isfinite(box)):
         raise ValueError(f"{where}: bbox must be 4 finite numbers (x, y, w, h), got "
                          f"{bbox!r}")
@@ -176,10 +180,11 @@ def check_detections(detections: list[dict], annotations: dict) -> None:
         if not isinstance(d, dict):
             raise ValueError(f"detections[{i}] must be a COCO result entry (an object "
                              f"with image_id, category_id, bbox, score), got {d!r}")
-        if d.get("image_id") not in image_ids:
+        if not isinstance(d.get("image_id"), Hashable) or d.get("image_id") not in image_ids:
             raise ValueError(f"detections[{i}]: image_id {d.get('image_id')!r} is not in "
                              "the annotations' images")
-        if d.get("category_id") not in cat_ids:
+        if (not isinstance(d.get("category_id"), Hashable)
+                or d.get("category_id") not in cat_ids):
             raise ValueError(f"detections[{i}]: category_id {d.get('category_id')!r} is "
                              f"not among the categories {sorted(cat_ids)}")
         check_xywh(d.get("bbox"), f"detections[{i}]")

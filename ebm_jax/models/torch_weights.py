@@ -260,7 +260,11 @@ def read_torch_state_dict(path, *, finite: bool = True) -> dict[str, np.ndarray]
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    if zipfile.is_zipfile(path):
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except _ZIP_DAMAGE:  # an end record it reads, then refuses (a multi-disk archive)
+        is_zip = True
+    if is_zip:
         try:
             data = _read_zip(path, path.stat().st_size)
         except TorchCheckpointError:
