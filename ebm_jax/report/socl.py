@@ -264,6 +264,7 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
           "training sequences"
           + (f" in scene groups of {cfg.scene_group}" if cfg.scene_group > 1 else "")
           + (" (targets on one path)" if cfg.scene_path else "") + "\n",
+          "### Scores\n",
           f"Generated {split} split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
           markdown_table(head, body, align="l" + "r" * (len(head) - 1))]
@@ -273,10 +274,12 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
              for k, p in diffs.items()]
     md.append("Paired differences:\n\n" + "\n".join(lines) + "\n")
     md.append(f"The paper: {paper}.\n")
+    # what says why, under its own heading (a page can include the scores alone)
+    diag = ["### Diagnostics\n"]
     if diagnostics is not None:
-        md += diagnostics_markdown(diagnostics)
+        diag += diagnostics_markdown(diagnostics)
     if start is not None:  # the MoCo-pretrained backbone every arm starts from
-        md.append(start_markdown(start["probe"], start["settings"]) + "\n")
+        diag.append(start_markdown(start["probe"], start["settings"]) + "\n")
     payload = {"experiment": f"socl-{exp}", "split": split,
                "arms": [a.describe() for a in arms],
                "tables": {"arms": rows, "static": static_row}, "paired": diffs,
@@ -297,17 +300,17 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
         payload["top"] = {"recall": recall, "seconds_per_frame": {
             "median": float(np.median(secs)), "mean": float(np.mean(secs)),
             "frames": int(secs.size)}}
-        md.append(f"TOP maps: {secs.size} frames of {cfg.frame_width}x{cfg.frame_height}, "
-                  f"{np.median(secs):.3f} s per frame (median; the paper: 0.4 s at 512x512). "
-                  "Target recall at IoU 0.5 with the top k kept proposals: "
-                  + "; ".join(f"{k} points: " + ", ".join(
-                      f"k={kk} {100 * v:.0f}%" for kk, v in zip(r["ks"], r["recall"]))
-                      for k, r in recall.items()) + ".\n")
+        diag.append(f"TOP maps: {secs.size} frames of {cfg.frame_width}x{cfg.frame_height}, "
+                    f"{np.median(secs):.3f} s per frame (median; the paper: 0.4 s at "
+                    "512x512). Target recall at IoU 0.5 with the top k kept proposals: "
+                    + "; ".join(f"{k} points: " + ", ".join(
+                        f"k={kk} {100 * v:.0f}%" for kk, v in zip(r["ks"], r["recall"]))
+                        for k, r in recall.items()) + ".\n")
         first = next(iter(recall.values()))
         figures["top_recall.png"] = functools.partial(
             recall_figure, {k: np.asarray(r["recall"]) for k, r in recall.items()},
             np.asarray(first["ks"]))
-        md.append("![target recall against kept proposals](top_recall.png)\n")
+        diag.append("![target recall against kept proposals](top_recall.png)\n")
     if exp == "table4":
         n = sum(len(t["frames"]) for t in next(iter(tops.values())).values()) if tops else 0
         payload["fees"] = f = fees(cfg, training, tops, n)
@@ -356,6 +359,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     name = next(iter(k for k in figures if k in ("auc.png", "sweeps.png")), None)
     if name:
         md.append(f"![AUC of each arm]({name})\n")
+    if len(diag) > 1:
+        md += diag
     return Report(payload, "\n".join(md), figures)
 
 

@@ -77,6 +77,10 @@ def test_table1_tiny_writes_every_arm_tables_and_plots(table1_run):
     assert 0 <= check["target_cells_in_sns_pool"] <= 1
     assert "Diagnostics on" in md and "target cells left in the SNS pool" in md
     assert "GST-only accuracy, background" in md
+    # the scores and what says why are two parts a page can include apart
+    scores, why = md.split("### Scores\n")[1].split("### Diagnostics\n")
+    assert "Paired differences" in scores and "Diagnostics on" not in scores
+    assert "Diagnostics on" in why and "TOP maps" in why
     # tiny's AlexNet regions of 127 px against conv5's 87 px field
     assert diag["region_px"] == 127 and diag["receptive_field_px"] == 87
     assert "Context region 127 px, the embedding's receptive field 87 px (1.46x" in md

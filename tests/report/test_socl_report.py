@@ -87,3 +87,22 @@ def test_the_within_scene_columns_appear_only_with_scene_groups():
     assert md.splitlines()[-1] == ("| start | 0.50 | 1.20 | 70 | 0.80 | 0.90 | 40 | 75 | 85 | 80 "
                                    "| 60 |")
     assert "- Within its scene:" in md
+
+
+def test_the_scores_and_the_diagnostics_are_parts_a_page_can_include():
+    """The table and its paired differences under "Scores", what says why under
+    "Diagnostics" (where there is any), so that a page includes the scores alone."""
+    from ebm_jax.report.stored import _sections
+
+    cfg = load_config(f"{CONFIG}:tiny")
+    arms = recipe.arms_of(cfg)
+    row = {**{k: 0.5 for k, _ in METRICS}, "fps": 10.0, "sequence_auc": [0.5, 0.5]}
+    rows = {a.label: [{"seed": s, **row} for s in cfg.seeds] for a in arms}
+    training = {a.label: [{"seed": s} for s in cfg.seeds] for a in arms}
+    static = {**{k: 0.4 for k, _ in METRICS}, "num_sequences": 2, "num_frames": 8}
+    pairs = [(arms[1].label, arms[0].label)]
+    bare = socl_report(cfg, arms, rows, training, static, pairs=pairs, paper="-", tops={},
+                       train=["s1"], budget=None).markdown
+    assert [t for t, _, _ in _sections(bare)][1:] == ["Scores"]
+    scores = bare.split("### Scores")[1]
+    assert "| arm |" in scores and "Paired differences" in scores
