@@ -19,7 +19,10 @@ real photos and made hard in the ways real tracking is:
 Photo pools (`PHOTO_POOLS`): whole photos are assigned to either pool, so the train and
 val splits (train pool) and the test split (test pool) share no photo, neither for
 backgrounds nor for textures; within a sequence, background, target and occluder photos
-differ. Photos smaller than 250 px on the shorter side texture objects only.
+differ. Photos smaller than 250 px on the shorter side texture objects only. The
+"outside" split's photos are procedural, drawn from its seed
+(`ebm_jax.data.procedural_textures`): its appearance comes from neither pool, and each
+seed draws another pool of them.
 
 Scene groups (`TrackingSpec.scene_group` = g > 1): sequences k g .. k g + g - 1 share
 their scene, the background photo, the camera path and the photometric changes, and
@@ -78,7 +81,7 @@ from PIL import Image
 from ebm_jax.data.tracking_motion import (MIN_FIRST_SIDE, photo_gain, plan_camera,
                                           plan_distractors, plan_occluders, plan_target)
 from ebm_jax.data.tracking_render import (PHOTO_POOLS, SequencePlan, background_photos,
-                                          load_photo, render_frame)
+                                          load_photo, photo_pool, render_frame)
 from ebm_jax.data.tracking_spec import SPLIT_IDS, TrackingSpec, TrackingSpecError
 from ebm_jax.io import partial_dir
 
@@ -157,7 +160,7 @@ def plan_sequence(spec: TrackingSpec, index: int) -> SequencePlan:
     if isinstance(index, bool) or not 0 <= index < spec.num_sequences:
         raise ValueError(f"sequence index must be in [0, {spec.num_sequences}), got {index!r}")
     n = spec.num_frames
-    pool = PHOTO_POOLS["test" if spec.split == "test" else "train"]
+    pool = photo_pool(spec.split, spec.seed)
     scene = _rng(spec, index, "scene")
     backgrounds = background_photos(pool)
     background = backgrounds[scene.integers(len(backgrounds))]

@@ -12,7 +12,8 @@ centres. (The soft edge is this ramp, not a blurred mask, so that the 0.5 level 
 shape.)
 
 Photos are scikit-image's bundled images and scikit-learn's two sample photos, loaded
-once per process, as float32 RGB in [0, 1] with the longer side at most 1024 pixels.
+once per process, as float32 RGB in [0, 1] with the longer side at most 1024 pixels;
+the "outside" split's are procedural (`ebm_jax.data.procedural_textures`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
+from ebm_jax.data.procedural_textures import (outside_pool, parse_texture_name,
+                                              procedural_texture)
 from ebm_jax.data.tracking_shapes import Shape, shape_box, shape_radius
 
 # (rows, cols) kept of a source image: retina's fundus disk without its black surround
@@ -67,8 +70,22 @@ def _read_photo(name: str) -> np.ndarray:
     return getattr(skimage.data, name)()
 
 
-@functools.lru_cache(maxsize=None)
+def photo_pool(split: str, seed: int) -> tuple[str, ...]:
+    """The photos a split of the generated benchmark is made of: the train and val
+    splits the "train" pool, the test split the "test" pool, the "outside" split the
+    procedural photos of draw `seed` (`ebm_jax.data.procedural_textures`)."""
+    if split == "outside":
+        return outside_pool(seed)
+    return PHOTO_POOLS["test" if split == "test" else "train"]
+
+
+@functools.lru_cache(maxsize=32)
 def _photo(name: str) -> tuple[np.ndarray, bool]:
+    drawn = parse_texture_name(name)
+    if drawn is not None:  # a procedural photo of the outside split
+        image = procedural_texture(*drawn)
+        image.setflags(write=False)
+        return image, False
     if not any(name in pool for pool in PHOTO_POOLS.values()):
         raise PhotoUnavailableError(f"unknown photo {name!r}; the pools hold "
                                     f"{sorted(sum(PHOTO_POOLS.values(), ()))}")

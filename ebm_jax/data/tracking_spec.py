@@ -11,7 +11,7 @@ import numpy as np
 
 __all__ = ["SPLIT_IDS", "TrackingSpec", "TrackingSpecError"]
 
-SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+SPLIT_IDS = {"train": 0, "val": 1, "test": 2, "outside": 3}
 
 
 class TrackingSpecError(ValueError):
@@ -53,7 +53,9 @@ class TrackingSpec:
     """What to generate: `num_sequences` x `num_frames` frames of height x width (3 x 12
     at 96 x 128 takes well under a second once the photos are loaded), and how hard."""
 
-    split: str  # "train", "val" (both from the train pool of photos) or "test"
+    # "train", "val" (both from the train pool of photos), "test" (the test pool) or
+    # "outside" (procedural photos drawn from the seed: appearance from neither pool)
+    split: str
     num_sequences: int
     num_frames: int
     height: int = 240

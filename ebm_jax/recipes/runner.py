@@ -53,8 +53,9 @@ def recipe_name(cfg) -> str:
 
 
 def default_workdir(cfg) -> str:
-    """`runs/<recipe>`: every config of a recipe shares its stages by default."""
-    return f"runs/{recipe_name(cfg)}"
+    """`runs/<recipe>`: every config of a recipe shares its stages by default; a
+    recipe that reads another's stages names that one's directory (its `WORKDIR`)."""
+    return getattr(recipe_of(cfg), "WORKDIR", None) or f"runs/{recipe_name(cfg)}"
 
 
 def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,

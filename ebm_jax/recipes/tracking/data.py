@@ -49,15 +49,37 @@ def annotation_identity(sequences, ctx=None) -> dict:
     return fingerprint(sequences, digest_cache=None if ctx is None else ctx.digest_cache)
 
 
+def generated_split(cfg, ctx, spec) -> tuple[list, dict]:
+    """(sequences, identity) of the generated split of `spec`, written once under the
+    data root (`cfg.data_root`, else `<workdir>/data`) as `cfg.data_format` and
+    identified by its spec (`spec_identity`)."""
+    from ebm_jax.data.sequences import read_got10k
+    from ebm_jax.data.tracking import generate_tracking_split, spec_identity
+    from ebm_jax.data.tracking_records import generated_records
+    from ebm_jax.io import content_hash
+
+    root = epath.Path(cfg.data_root) if cfg.data_root else ctx.workdir / "data"
+    ident = spec_identity(spec)
+    dest = root / f"{spec.split}-{content_hash(ident, 8)}"
+    if cfg.data_format == "records":
+        dest, sequences = generated_records(dest.with_name(dest.name + ".records"), spec,
+                                            progress=ctx.progress, write=ctx.writer)
+    else:
+        if ctx.writer:
+            generate_tracking_split(dest, spec, progress=ctx.progress)
+        sequences = read_got10k(dest)
+    ctx.log(f"generated {spec.split} split: {len(sequences)} sequences x "
+            f"{spec.num_frames} frames of {spec.width}x{spec.height} at {dest}"
+            f" ({cfg.data_format})")
+    return sequences, ident
+
+
 def open_data(cfg, ctx) -> TrackingData:
     """Opens the data, the real sets (GOT-10k, OTB) first, then generates (once) the
     benchmark: a root that cannot be used is refused before anything is generated;
     every reader check runs here, before any training. With `train_data="got10k"` the
     generated training split, which no arm would use, is not generated."""
     from ebm_jax.data.sequences import read_got10k, read_otb
-    from ebm_jax.data.tracking import generate_tracking_split, spec_identity
-    from ebm_jax.data.tracking_records import generated_records
-    from ebm_jax.io import content_hash
 
     real, identity = {}, {}  # the real sets, read (and checked) before any generation
     train = train_identity = None
@@ -80,20 +102,7 @@ def open_data(cfg, ctx) -> TrackingData:
     for split, spec in generated_specs(cfg, ctx).items():
         if split == "train" and train is not None:
             continue  # GOT-10k's train split trains: the generated one is not made
-        ident = spec_identity(spec)
-        dest = root / f"{split}-{content_hash(ident, 8)}"
-        if cfg.data_format == "records":
-            dest, generated[split] = generated_records(
-                dest.with_name(dest.name + ".records"), spec, progress=ctx.progress,
-                write=ctx.writer)
-        else:
-            if ctx.writer:
-                generate_tracking_split(dest, spec, progress=ctx.progress)
-            generated[split] = read_got10k(dest)
-        identity[f"generated-{split}"] = ident
-        ctx.log(f"generated {split} split: {len(generated[split])} sequences x "
-                f"{cfg.num_frames} frames of {cfg.frame_width}x{cfg.frame_height} at {dest}"
-                f" ({cfg.data_format})")
+        generated[split], identity[f"generated-{split}"] = generated_split(cfg, ctx, spec)
     eval_sets = {"generated-test": generated["test"], **real}
     if train is None:
         train, train_identity = generated["train"], identity["generated-train"]
@@ -101,4 +110,5 @@ def open_data(cfg, ctx) -> TrackingData:
     return TrackingData(train=train, eval_sets=eval_sets, identity=identity)
 
 
-__all__ = ["TrackingData", "annotation_identity", "generated_specs", "open_data"]
+__all__ = ["TrackingData", "annotation_identity", "generated_specs", "generated_split",
+           "open_data"]
