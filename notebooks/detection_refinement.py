@@ -84,7 +84,8 @@ import time
 
 # "tiny": seconds, for the tests; "default": about two minutes on 2 CPU cores;
 # "large": a Colab GPU/TPU runtime.
-SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZE = "default"  # @param ["tiny", "default", "large"]
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)  # scripts and the tests set it
 SIZES = {
     "tiny": dict(num_train=8, num_test=4, image_size=64, num_classes=2, max_objects=2,
                  min_size=8, widths=(8,), channels=8, backbone_steps=2, backbone_batch=4,

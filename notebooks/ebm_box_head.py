@@ -73,7 +73,8 @@ import json
 import tempfile
 import time
 
-SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZE = "default"  # @param ["tiny", "default", "large"]
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)  # scripts and the tests set it
 SIZES = {
     "tiny": dict(sequences=2, frames=6, height=96, width=128, alexnet_width=0.125,
                  steps=3, batch=2, num_samples=8, head_width=8, hidden=16),

@@ -79,7 +79,8 @@ START = time.perf_counter()
 
 # "tiny": seconds, for the tests; "default": about two minutes on 2 CPU cores;
 # "large": a Colab GPU/TPU runtime.
-SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZE = "default"  # @param ["tiny", "default", "large"]
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)  # scripts and the tests set it
 SIZES = {
     "tiny": dict(num_models=2, epochs=2, num_samples=8, mcmc_samples=2, top_k=1,
                  num_train=128, grid=64, plot_grid=64),

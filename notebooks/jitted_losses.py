@@ -75,7 +75,8 @@ import time
 
 # "tiny": seconds, for the tests; "default": about two minutes on 2 CPU cores;
 # "large": a Colab GPU/TPU runtime.
-SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZE = "default"  # @param ["tiny", "default", "large"]
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)  # scripts and the tests set it
 SIZES = {
     "tiny": dict(m_list=(1, 16), k_list=(1,), batch=32, repeats=3, mcmc_steps=16,
                  hidden=32, sweep_n=256, sweep_m=16),

@@ -84,7 +84,8 @@ START = time.perf_counter()
 
 # "tiny": seconds, for the tests; "default": about two minutes on 2 CPU cores;
 # "large": a Colab GPU/TPU runtime.
-SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZE = "default"  # @param ["tiny", "default", "large"]
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)  # scripts and the tests set it
 SIZES = {
     "tiny": dict(num_train=256, num_test=128, arch="resnet4", width=4, dim=16,
                  batch=32, queue=64, epochs=1, linear_epochs=5, knn_k=20, tsne_points=100),

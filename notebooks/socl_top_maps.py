@@ -73,7 +73,8 @@ except ImportError:
 # %%
 import tempfile
 
-SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")
+SIZE = "default"  # @param ["tiny", "default", "large"]
+SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)  # scripts and the tests set it
 SIZES = {  # videos, frames, frame size; proposals; SoCL batch, steps, network
     "tiny": dict(train=3, frames=6, test_frames=5, height=96, width_px=128,
                  num_random=300, edgeboxes=50, videos=2, steps=3, width=0.125,

@@ -135,7 +135,11 @@ def test_one_size_variable_drives_each_notebook():
         source = (NOTEBOOKS / f"{name}.py").read_text()
         read = set(re.findall(r"os\.environ(?:\.get\(|\[)\s*[\"'](\w+)", source))
         assert read == NOTEBOOK_VARIABLES, f"{name} reads {sorted(read)}"
-        assert 'SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", "default")' in source, name
+        # a Colab form (a drop-down of the three sizes) that the variable overrides
+        assert ('SIZE = "default"  # @param ["tiny", "default", "large"]\n'
+                'SIZE = os.environ.get("EBM_JAX_NOTEBOOK_SIZE", SIZE)') in source, name
+        meta = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text())["metadata"]
+        assert meta["accelerator"] == "GPU", name  # Colab opens it on a GPU runtime
         sizes = next(node.value for node in ast.walk(ast.parse(source))
                      if isinstance(node, ast.Assign) and len(node.targets) == 1
                      and getattr(node.targets[0], "id", None) == "SIZES")
