@@ -93,7 +93,16 @@ def paired_seeds_and_sequences(a: Sequence[Mapping], b: Sequence[Mapping],
     """a - b of two arms' rows (one per seed, each with "seed", `key` and "sequence_" +
     `key`): the per-seed differences of the seeds both have, their mean and standard
     error over seeds, the per-sequence difference's standard error over sequences, and
-    `real`: the mean is beyond twice the larger of the two."""
+    `real`: the mean is beyond twice the larger of the two. A seedless arm (one row of
+    seed None, such as the tracker that never moves) pairs with every seed of the
+    other."""
+
+    def seeded(rows, other):
+        if len(rows) == 1 and rows[0].get("seed") is None:
+            return [{**rows[0], "seed": r["seed"]} for r in other]
+        return rows
+
+    a, b = seeded(a, b), seeded(b, a)
     ra, rb = {r["seed"]: r for r in a}, {r["seed"]: r for r in b}
     seeds = sorted(set(ra) & set(rb))
     by_seed = paired_difference([ra[s][key] for s in seeds], [rb[s][key] for s in seeds])

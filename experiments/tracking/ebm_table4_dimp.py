@@ -20,14 +20,19 @@ centre, and the losses against each other (NCE+ - KLD-IS, NCE+ - NCE, NCE - KLD-
 Variants: quick (AlexNet width 0.25, 50 training sequences of which 10 validate, 30
 test sequences; Box-Siam 600 steps, DiMP's classifier 300 steps of 4 samples, heads 600
 steps; three seeds; 2 CPU cores), tiny (the tests), quick1 (quick's first seed alone:
-the first measurement, stored on the DiMP page).
+the first measurement, stored on the DiMP page); quick_chosen, quick1_chosen and
+tiny_chosen: the same with each head's refinement step lengths (centre and size, x0.5
+to x4 of PrDiMP's) chosen on the validation split by the refinement probe, never on
+the test split, before the test split is tracked.
 """
+
+import dataclasses
 
 from ebm_jax.recipes.tracking import BoxHeadSettings, preset
 from ebm_jax.recipes.tracking.box_head import TABLE4_REFERENCE
 from ebm_jax.recipes.tracking.dimp_stages import DiMPTraining
 
-VARIANTS = ("quick", "tiny", "quick1")
+VARIANTS = ("quick", "tiny", "quick1", "quick_chosen", "quick1_chosen", "tiny_chosen")
 
 REFERENCE = TABLE4_REFERENCE  # the paper's Table 4, AUC (Success on TrackingNet) %
 NOTE = ("The paper's trackers are DiMP (ResNet-50) with the box head trained jointly, "
@@ -38,9 +43,16 @@ COMMON = dict(experiment="dimp-box-head", reference=REFERENCE, reference_note=NO
 QUICK = dict(validation_sequences=10, box_head=BoxHeadSettings(steps=600))
 
 
+# the heads' settings chosen on validation (no SiamFC tracker options: DiMP's centre)
+CHOSEN = dict(experiment="dimp-box-head-chosen", tracker_choices=())
+
+
 def get_config(variant: str):
     if variant == "quick1":  # quick's first seed alone
         return preset("quick", **COMMON, quick=dict(QUICK, seeds=(0,)))
+    if variant.endswith("_chosen"):
+        base = get_config(variant.removesuffix("_chosen"))
+        return dataclasses.replace(base, **CHOSEN)
     return preset(
         variant, **COMMON,
         quick=QUICK,

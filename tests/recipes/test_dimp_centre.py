@@ -97,3 +97,59 @@ def test_bad_joint_settings_are_refused_before_training(tmp_path, capsys, overri
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
     assert not any(runs.glob("box-siam-*"))
+
+
+def test_the_chosen_settings_go_to_both_trackers_of_each_head():
+    """`dimp_box_head_arms` with settings chosen on validation: each loss's head is
+    tracked with its chosen settings on SiamFC's centre and on DiMP's."""
+    import dataclasses
+
+    from ebm_jax.config import load_config
+    from ebm_jax.recipes.tracking.dimp_stages import dimp_box_head_arms
+
+    cfg = load_config("ebm_table4_dimp:tiny_chosen")
+    chosen = {m: dataclasses.replace(cfg.box_head, method=m,
+                                     step_lengths=(0.01 * (i + 1),) * 4)
+              for i, m in enumerate(cfg.box_head_methods)}
+    arms = {a.label: a for a in dimp_box_head_arms(cfg, chosen)}
+    for m, settings in chosen.items():
+        assert arms[f"box-head-{m}"].tracker.settings == settings
+        assert arms[f"DiMP-{m}"].tracker.settings.box_head == settings
+    plain = {a.label: a for a in dimp_box_head_arms(cfg)}
+    assert plain["DiMP-nce"].tracker.settings.box_head.step_lengths == cfg.box_head.step_lengths
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.tracker_choices=size-only", "--config.tracker_choices must be empty for the "
+                                           "dimp-box-head-chosen experiment"),
+    ("--config.validation_sequences=0", "--config.validation_sequences must be >= 1 for "
+                                        "the dimp-box-head-chosen experiment"),
+])
+def test_choosing_on_validation_needs_a_validation_split_and_no_siamfc_options(
+        tmp_path, capsys, override, message):
+    runs = tmp_path / "runs"
+    assert cli.main(["run", "ebm_table4_dimp:tiny_chosen", "--workdir", str(runs),
+                     "--out", str(tmp_path / "out"), "--no-progress", override]) != 0
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists() and not any(runs.glob("box-siam-*"))
+
+
+@pytest.mark.slow
+def test_the_tiny_chosen_run_chooses_on_validation_then_tracks_the_test_split(tmp_path,
+                                                                            capsys):
+    out = tmp_path / "out"
+    assert cli.main(["run", "ebm_table4_dimp:tiny_chosen", "--workdir",
+                     str(tmp_path / "runs"), "--out", str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    data = json.loads((out / "results.json").read_text())
+    validation = data["validation"]
+    assert set(validation["choice"]) == {"kld-is", "nce"}
+    for m, choice in validation["choice"].items():
+        assert len(choice["step_lengths"]) == 4 and choice["candidate"] in validation[
+            "score"][m]
+        assert validation["refinement"]["test"][m]  # probed on the test split after
+    rows = data["tables"]["generated-test"]
+    assert {"DiMP centre", "DiMP scale search", "DiMP-kld-is", "DiMP-nce"} <= set(rows)
+    assert "DiMP-nce vs DiMP-kld-is" in data["summary"]["generated-test"]
+    assert "Chosen on the validation split" in (out / "results.md").read_text()

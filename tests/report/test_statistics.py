@@ -4,6 +4,7 @@ standard errors over seeds and over sequences."""
 
 import math
 
+import numpy as np
 import pytest
 
 from ebm_jax.report.statistics import (
@@ -89,3 +90,18 @@ def test_arm_difference_gives_both_errors_from_two_seeds_and_pairs_a_seedless_ar
     one = arm_difference(a[:1], static)  # one seed: over sequences only
     assert "se_seeds" not in one and one["se"] == pytest.approx(0.0, abs=1e-15)
     assert one["mean"] == pytest.approx(0.1, abs=1e-15)
+
+
+def test_a_seedless_arm_pairs_with_every_seed_when_paired_by_seed_and_sequence():
+    """The tracker that never moves (one row, seed None) against a two-seed arm: each
+    seed's difference is against the same row; the sequences' difference is the
+    seed-averaged arm's; with one seed there is no standard error over seeds."""
+    static = [{"seed": None, "auc": 0.1, "sequence_auc": [0.1, 0.1, 0.1]}]
+    arm = [{"seed": 0, "auc": 0.3, "sequence_auc": [0.2, 0.3, 0.4]},
+           {"seed": 1, "auc": 0.5, "sequence_auc": [0.4, 0.5, 0.6]}]
+    d = paired_seeds_and_sequences(arm, static)
+    assert d["seeds"] == [0, 1] and np.allclose(d["per_seed"], [0.2, 0.4])
+    assert np.isclose(d["mean"], 0.3) and np.isclose(d["se_seeds"], 0.1)
+    assert np.isclose(d["se_sequences"], 0.1 / np.sqrt(3))  # [0.2, 0.3, 0.4] over 3
+    one = paired_seeds_and_sequences(arm[:1], static)
+    assert one["se_seeds"] is None and not one["real"] and np.isclose(one["mean"], 0.2)

@@ -167,7 +167,8 @@ class Config:
         unused = []
         if self.init != "moco":
             unused.append("MoCo start")
-        if self.experiment not in ("box-head", "dimp-box-head", "dimp-joint"):
+        if self.experiment not in ("box-head", "dimp-box-head", "dimp-box-head-chosen",
+                                   "dimp-joint"):
             unused.append("box head")
         if not str(self.experiment).startswith("dimp"):
             unused.append("DiMP")

@@ -5,13 +5,16 @@ al. 2019; the centre of the EBM regression paper's tracker, sec. 5): `train_dimp
 experiment (`experiments.EXPERIMENTS`), its centre beside SiamFC's and the DCF's;
 `dimp_box_head_arms`: the "dimp-box-head" experiment, the EBM regression paper's Table 4
 as the paper builds it (DiMP's centre refined by the energy-based box head of each loss:
-DiMP-KLD-IS, DiMP-NCE, DiMP-NCE+, DiMP-ML-IS), beside the same heads on SiamFC's centre.
+DiMP-KLD-IS, DiMP-NCE, DiMP-NCE+, DiMP-ML-IS), beside the same heads on SiamFC's centre;
+`choose_dimp_box_head_arms`: the same with the heads' settings chosen on validation
+("dimp-box-head-chosen").
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 
 import optax
 from flax import nnx
@@ -22,7 +25,8 @@ from ebm_jax.ops.jitter import CropJitter
 from ebm_jax.models.tracking_backbones import backbone_class, tracking_backbone
 from ebm_jax.recipes.tracking import stages
 from ebm_jax.recipes.tracking.arms import Arm, Tracker, dcf_tracker, reuse_model
-from ebm_jax.recipes.tracking.box_head import LOSS_PAIRS, box_head_tracker, train_box_head_arm
+from ebm_jax.recipes.tracking.box_head import (LOSS_PAIRS, box_head_tracker,
+                                               choose_box_head_settings, train_box_head_arm)
 from ebm_jax.recipes.tracking.stages import (Trained, TrackingRun, box_siam_arm,
                                              timed_runner, training_split)
 from ebm_jax.tracking import dimp
@@ -220,13 +224,15 @@ def dimp_centre_arms(cfg) -> list[Arm]:
     ]
 
 
-def dimp_box_head_arms(cfg) -> list[Arm]:
+def dimp_box_head_arms(cfg, chosen: Mapping[str, BoxHeadSettings] | None = None
+                       ) -> list[Arm]:
     """The EBM regression paper's Table 4 as the paper builds it: per loss of
     `box_head_methods`, the box head (trained on the frozen Box-Siam backbone,
-    `cfg.box_head`'s settings) refining DiMP's centre ("DiMP-<loss>"), compared with
-    DiMP's centre alone, with the same head on SiamFC's centre, and with the other
-    losses (`LOSS_PAIRS`); Box-Siam's scale search, DiMP's centre and DiMP's centre
-    sized by SiamFC's scale search beside them."""
+    `cfg.box_head`'s settings, or `chosen[loss]`'s where they were chosen on the
+    validation split) refining DiMP's centre ("DiMP-<loss>"), compared with DiMP's
+    centre alone, with the same head on SiamFC's centre, and with the other losses
+    (`LOSS_PAIRS`); Box-Siam's scale search, DiMP's centre and DiMP's centre sized by
+    SiamFC's scale search beside them."""
     methods = cfg.box_head_methods
     scaled = dataclasses.replace(cfg.dimp.tracker, scale_num=stages.SIAMFC.scale_num,
                                  scale_step=stages.SIAMFC.scale_step,
@@ -241,14 +247,17 @@ def dimp_box_head_arms(cfg) -> list[Arm]:
                 functools.partial(reuse_model, label="DiMP centre"), uses=("DiMP centre",),
                 tracker=Tracker("dimp", scaled, dimp_runner),
                 compared_with=("DiMP centre", "box-siam"))]
+    def settings_of(m: str) -> BoxHeadSettings:
+        return chosen[m] if chosen else dataclasses.replace(cfg.box_head, method=m)
+
     for m in methods:
-        settings = dataclasses.replace(cfg.box_head, method=m)
+        settings = settings_of(m)
         arms.append(Arm(f"box-head-{m}", f"box-head-{m}",
                         functools.partial(train_box_head_arm, settings=settings),
                         tracker=box_head_tracker(settings), uses=("box-siam",),
                         compared_with=("box-siam",), about=(("loss", m), ("centre", "SiamFC"))))
     for m in methods:
-        settings = dataclasses.replace(cfg.box_head, method=m)
+        settings = settings_of(m)
         versus = ("DiMP centre", "DiMP scale search", f"box-head-{m}") + tuple(
             f"DiMP-{b}" for a, b in LOSS_PAIRS if a == m and b in methods)
         arms.append(Arm(f"DiMP-{m}", f"dimp-{m}",
@@ -261,6 +270,31 @@ def dimp_box_head_arms(cfg) -> list[Arm]:
     return arms
 
 
+def choose_dimp_box_head_arms(env: TrackingRun, seeds) -> tuple[list[Arm], dict]:
+    """The "dimp-box-head-chosen" experiment's arms: `dimp_box_head_arms` with each
+    loss's training sigmas, length and refinement step lengths chosen on the validation
+    split by the refinement probe (`box_head.choose_box_head_settings`), never on the
+    test split; and the validation record."""
+    chosen, record = choose_box_head_settings(env, seeds)
+    return dimp_box_head_arms(env.cfg, chosen), record
+
+
+def check_dimp_chosen(cfg) -> None:
+    """`check_dimp_centre`, and what choosing on validation needs: a validation split,
+    and no SiamFC tracker options (they are options of SiamFC's centre, which DiMP's
+    tracker does not use)."""
+    check_dimp_centre(cfg)
+    if cfg.validation_sequences < 1:
+        raise ValueError("--config.validation_sequences must be >= 1 for the "
+                         "dimp-box-head-chosen experiment (the heads' settings are chosen "
+                         "there, never on the test split)")
+    if cfg.tracker_choices:
+        raise ValueError(f"--config.tracker_choices must be empty for the "
+                         f"dimp-box-head-chosen experiment: they are options of SiamFC's "
+                         f"centre, which DiMP's tracker does not use; got "
+                         f"{cfg.tracker_choices!r}")
+
+
 def check_dimp_centre(cfg) -> None:
     """DiMP's filter against the crop's feature grid on the config's backbone level
     (`DiMPTraining.check_geometry`), before anything is trained: the backbone is built
@@ -271,6 +305,7 @@ def check_dimp_centre(cfg) -> None:
     cfg.dimp.check_geometry(stride, offset)
 
 
-__all__ = ["DiMPBoxHead", "DiMPTraining", "check_dimp_centre", "dimp_arm",
+__all__ = ["DiMPBoxHead", "DiMPTraining", "check_dimp_centre", "check_dimp_chosen",
+           "choose_dimp_box_head_arms", "dimp_arm",
            "dimp_box_head_arms", "dimp_box_head_runner", "dimp_centre_arms", "dimp_runner",
            "dimp_with_head", "train_dimp"]

@@ -13,8 +13,9 @@ from ebm_jax.recipes.tracking.arms import Arm, Experiment, Trained
 from ebm_jax.recipes.tracking.box_head import (box_head_arms, choose_box_head_arms,
                                                coarse_evaluation)
 from ebm_jax.recipes.tracking.dimp_joint_stages import check_dimp_joint, dimp_joint_arms
-from ebm_jax.recipes.tracking.dimp_stages import (check_dimp_centre, dimp_box_head_arms,
-                                                  dimp_centre_arms)
+from ebm_jax.recipes.tracking.dimp_stages import (check_dimp_centre, check_dimp_chosen,
+                                                  choose_dimp_box_head_arms,
+                                                  dimp_box_head_arms, dimp_centre_arms)
 from ebm_jax.recipes.tracking.stages import TrackingRun, box_siam_arm
 
 
@@ -44,6 +45,12 @@ EXPERIMENTS = {
     "dimp-box-head": Experiment(dimp_box_head_arms, paper="the EBM regression paper's Table 4",
                                 stages_per_seed=lambda cfg: 2 + len(cfg.box_head_methods),
                                 check=check_dimp_centre, track_validation=True),
+    # the same table, each head's sigmas, length and step lengths chosen on validation
+    "dimp-box-head-chosen": Experiment(
+        dimp_box_head_arms, paper="the EBM regression paper's Table 4",
+        choose=choose_dimp_box_head_arms,
+        stages_per_seed=lambda cfg: 1 + box_head_stages(cfg), check=check_dimp_chosen,
+        track_validation=True),
     "dimp-joint": Experiment(dimp_joint_arms, paper="the EBM regression paper's Table 4",
                              stages_per_seed=lambda cfg: 1 + len(cfg.box_head_methods),
                              check=check_dimp_joint, track_validation=True),

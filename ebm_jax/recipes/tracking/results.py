@@ -54,7 +54,9 @@ def tracking_report(cfg, ctx, data, arms, res, validation) -> Report:
              f"{len(data.train)} {report.training_data_name(cfg.train_data)} "
              f"sequences; seeds {list(cfg.seeds)}")
     if validation is not None:
-        title = (f"Box heads (KLD-IS, NCE, NCE+, ML-IS) on Box-Siam (SiamFC, {net} width "
+        heads = ("DiMP's centre refined by box heads" if cfg.experiment.startswith("dimp")
+                 else "Box heads")
+        title = (f"{heads} (KLD-IS, NCE, NCE+, ML-IS) on Box-Siam (SiamFC, {net} width "
                  f"{cfg.width}, {cfg.steps} steps; heads {cfg.box_head.steps} steps"
                  f"{', joint' if cfg.box_head_joint else ', frozen backbone'}) against "
                  f"SiamFC's scale search; {len(data.train) - cfg.validation_sequences} "
