@@ -3,7 +3,7 @@
     ebm-jax list                                     # every config, variant, wall time
     ebm-jax run table1_toy1d:quick                   # Table 1 of the EBM regression paper
     ebm-jax run table1_toy1d:paper --config.methods=nce,nce+
-    ebm-jax run experiments/tracking/siamfc_box.py:quick   # a config file by its path
+    ebm-jax run experiments/tracking/siamfc_box.py:quick   # a config by its path (a clone)
     ebm-jax show socl_table1_ablation:quick          # its fields and their values
     ebm-jax plot-metrics runs/regression1d           # loss curves to PNG
     ebm-jax compare results/moco_linear_eval/quick moco-m0.99-k1024 \\

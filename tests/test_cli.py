@@ -317,3 +317,50 @@ def test_run_help_says_the_default_variant_is_the_first(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     assert "the first the file lists" in " ".join(capsys.readouterr().out.split())
+
+
+def _epilog_examples() -> list[list[str]]:
+    """The `ebm-jax ...` example commands of the --help epilog, continuation lines
+    joined and comments dropped, as argument lists (without the program's name)."""
+    import shlex
+
+    from ebm_jax import cli
+
+    text = cli.__doc__.split("\n", 2)[2].replace("\\\n", " ")
+    return [shlex.split(line.split("#")[0])[1:] for line in text.splitlines()
+            if line.strip().startswith("ebm-jax ")]
+
+
+def test_the_help_examples_run_as_shown(tmp_path, capsys, monkeypatch):
+    """Each example of `ebm-jax --help` parses, and does what it says where that takes
+    seconds: `list` and `show` run; each `run` resolves its config and overrides (not
+    trained here); `compare` runs on the stored runs of the configs it names; `records`
+    writes its dataset; `plot-metrics` is refused only for the missing work directory."""
+    from ebm_jax import cli
+    from ebm_jax.config import load_config
+
+    examples = _epilog_examples()
+    assert {e[0] for e in examples} == {"list", "run", "show", "plot-metrics", "compare",
+                                        "records"}
+    monkeypatch.chdir(tmp_path)
+    for argv in examples:
+        command = argv[0]
+        if command in ("list", "show"):
+            assert cli.main(argv) == 0, argv
+        elif command == "run":  # a config by its path: from a clone's root
+            monkeypatch.chdir(ROOT)
+            rest, overrides = cli._split_overrides(argv)
+            cli.build_parser().parse_args(rest)
+            load_config(rest[1], overrides)
+            monkeypatch.chdir(tmp_path)
+        elif command == "compare":
+            stored = [a if i % 2 else str(ROOT / "docs" / "results" / (
+                Path(a).parent.name + "-" + Path(a).name)) for i, a in enumerate(argv[1:])]
+            assert cli.main(["compare", *stored]) == 0, stored
+        elif command == "records":
+            assert cli.main(argv) == 0, argv
+        else:  # plot-metrics: no run here, one line naming the folder
+            assert cli.main(argv) != 0
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and argv[1] in err, err
+        capsys.readouterr()
