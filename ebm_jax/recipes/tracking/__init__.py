@@ -248,10 +248,11 @@ class Config:
         # (a GOT-10k training split's size is known once read: `check`)
         c.int_range("validation_sequences", 0, self.num_train_sequences - 1
                     if self.train_data == "generated" else None)
-        if self.experiment == "box-head" and self.validation_sequences < 1:
-            raise ConfigError("--config.validation_sequences must be >= 1 for the box-head "
-                              "experiment (its step lengths and sigmas are chosen there, "
-                              "never on the test split)")
+        if (self.experiment in ("box-head", "dimp-box-head-chosen")
+                and self.validation_sequences < 1):
+            raise ConfigError(f"--config.validation_sequences must be >= 1 for the "
+                              f"{self.experiment} experiment (its step lengths and sigmas "
+                              f"are chosen there, never on the test split)")
         if not self.step_scales or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool)
                 and math.isfinite(x) and x > 0 for x in self.step_scales):

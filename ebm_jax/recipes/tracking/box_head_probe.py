@@ -137,8 +137,9 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     opened = opened if opened is not None else check(cfg, ctx)
     env = TrackingRun(cfg, ctx, opened.data)
     val, val_identity = stages.validation_split(opened.data, cfg)
-    sets = {"validation": val, "test": opened.data.eval_sets["generated-test"],
-            **{name: seqs for name, (_, seqs) in opened.outside.items()}}
+    # name -> (draw of the outside split or None, sequences)
+    sets = {"validation": (None, val), "test": (None, opened.data.eval_sets["generated-test"]),
+            **{name: (d, seqs) for d, (name, (_, seqs)) in enumerate(opened.outside.items())}}
     batches = cfg.probe_pairs // cfg.probe_batch
     rows = []
     for seed in cfg.seeds:
@@ -146,16 +147,14 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
         for kind in cfg.heads:
             for m in cfg.box_head_methods:
                 net, settings = _head(env, seed, used, kind, m)
-                for set_name, sequences in sets.items():
+                for set_name, (draw, sequences) in sets.items():
                     ctx.log(f"probing the {kind} {m} head s{seed} on {set_name} "
                             f"({cfg.probe_pairs} pairs)")
                     p = probe_box_head(net, sequences, settings, stages.SIAMFC,
                                        seed=ctx.seed_of("probe", set_name),
                                        num_batches=batches, batch_size=cfg.probe_batch)
                     rows.append({"heads": kind, "loss": m, "seed": seed, "set": set_name,
-                                 "draw": (int(set_name.split("-")[1])
-                                          if set_name.startswith("outside") else None),
-                                 "pairs": p["pairs"], "head": p["head"],
+                                 "draw": draw, "pairs": p["pairs"], "head": p["head"],
                                  "head_se": p["head_se"], "control": p["control"],
                                  "from_starts": p["from_starts"]})
     levels = [f"{x:g}" for x in START_IOUS]

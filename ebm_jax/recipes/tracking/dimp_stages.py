@@ -280,14 +280,10 @@ def choose_dimp_box_head_arms(env: TrackingRun, seeds) -> tuple[list[Arm], dict]
 
 
 def check_dimp_chosen(cfg) -> None:
-    """`check_dimp_centre`, and what choosing on validation needs: a validation split,
-    and no SiamFC tracker options (they are options of SiamFC's centre, which DiMP's
-    tracker does not use)."""
+    """`check_dimp_centre`, and no SiamFC tracker options (they are options of SiamFC's
+    centre, which DiMP's tracker does not use); the Config itself requires a validation
+    split for this experiment."""
     check_dimp_centre(cfg)
-    if cfg.validation_sequences < 1:
-        raise ValueError("--config.validation_sequences must be >= 1 for the "
-                         "dimp-box-head-chosen experiment (the heads' settings are chosen "
-                         "there, never on the test split)")
     if cfg.tracker_choices:
         raise ValueError(f"--config.tracker_choices must be empty for the "
                          f"dimp-box-head-chosen experiment: they are options of SiamFC's "
