@@ -76,16 +76,9 @@ def arm_difference(a: Sequence[Mapping], b: Sequence[Mapping], key: str = "auc")
     standard error; `paired_seeds_and_sequences`)."""
     out = sequence_difference([r[f"sequence_{key}"] for r in a],
                               [r[f"sequence_{key}"] for r in b])
-    seeds = [r["seed"] for r in (a if len(a) >= len(b) else b)]
-    if len(seeds) < 2:
+    if max(len(a), len(b)) < 2:
         return out
-
-    def by_seed(rows):
-        if len(rows) == 1 and rows[0].get("seed") is None:
-            return [{**rows[0], "seed": s} for s in seeds]
-        return rows
-
-    return {**out, **paired_seeds_and_sequences(by_seed(a), by_seed(b), key)}
+    return {**out, **paired_seeds_and_sequences(a, b, key)}
 
 
 def paired_seeds_and_sequences(a: Sequence[Mapping], b: Sequence[Mapping],
