@@ -1,4 +1,5 @@
-"""Argument checks shared by the public functions of `ebm_jax.energy`.
+"""Argument checks shared by the public functions of `ebm_jax.energy`, and the
+installed extras (`require_extras`).
 
 Each check raises `ValueError` naming the argument, the value it got and what is
 allowed. They run on static (Python) hyperparameters and on concrete arrays at the
@@ -224,3 +225,46 @@ def disjoint_dirs(name_a: str, a, name_b: str, b, why: str = "") -> None:
             raise ValueError(f"{inner_name} {inner} lies inside {outer_name} {outer} "
                              f"({r_in} in {r_out}); give them two separate directories, "
                              f"neither inside the other{why}")
+
+
+# The optional extras of pyproject.toml and the modules each provides: what a recipe or
+# command needs beyond the core install (the library, the 1D experiments, the notebooks).
+EXTRAS = {
+    "data": ("tensorflow_datasets", "array_record", "grain"),
+    "coco": ("pycocotools",),
+}
+
+
+def missing_modules(extras) -> dict[str, list[str]]:
+    """{extra: [its modules that are not installed]} for each of `extras` (names of
+    `EXTRAS`) that lacks any; checked without importing them."""
+    import importlib.util
+
+    missing = {}
+    for extra in extras:
+        if extra not in EXTRAS:
+            raise ValueError(f"unknown extra {extra!r}; the extras are {sorted(EXTRAS)}")
+        gone = []
+        for module in EXTRAS[extra]:
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except (ImportError, ValueError):  # a broken install counts as missing
+                found = False
+            if not found:
+                gone.append(module)
+        if gone:
+            missing[extra] = gone
+    return missing
+
+
+def require_extras(what: str, extras) -> None:
+    """Raises ValueError, before any work, when `what` (e.g. "the tracking recipe")
+    needs an extra of the package that is not installed, naming its missing modules and
+    the install command."""
+    missing = missing_modules(extras)
+    if missing:
+        names = ", ".join(f"[{extra}] ({', '.join(mods)} not installed)"
+                          for extra, mods in missing.items())
+        raise ValueError(f"{what} needs the extra {names}: pip install "
+                         f"'ebm_jax[{','.join(missing)}]' (or 'ebm_jax[experiments]' for "
+                         "every experiment)")

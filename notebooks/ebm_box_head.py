@@ -43,6 +43,7 @@
 import os
 
 REPO = os.environ.get("EBM_JAX_REPO", "")
+EXTRAS = "[data]"  # beyond the core, this notebook needs grain (the training batches)
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
@@ -55,7 +56,8 @@ except ImportError:
                            "git URL or a local checkout's path, then run this cell again")
     pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
                    if any(metadata.distributions(name=name)))
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    target = (f"ebm_jax{EXTRAS} @ git+{REPO}" if REPO.startswith(
+        ("http://", "https://", "ssh://")) else f"{REPO}{EXTRAS}")
     if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
                        "/dev/stdin"], input=pins, text=True).returncode:  # the pins
         raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
@@ -209,5 +211,6 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 # chosen on held-out training sequences, against SiamFC's own scale search, three seeds:
 #
 # ```bash
+# pip install 'ebm_jax[experiments]'   # the tracking runs read records through grain
 # ebm-jax run ebm_table4_box_head:quick
 # ```

@@ -49,6 +49,7 @@
 import os
 
 REPO = os.environ.get("EBM_JAX_REPO", "")
+EXTRAS = ""  # this notebook needs the core only
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
@@ -61,7 +62,8 @@ except ImportError:
                            "git URL or a local checkout's path, then run this cell again")
     pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
                    if any(metadata.distributions(name=name)))
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    target = (f"ebm_jax{EXTRAS} @ git+{REPO}" if REPO.startswith(
+        ("http://", "https://", "ssh://")) else f"{REPO}{EXTRAS}")
     if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
                        "/dev/stdin"], input=pins, text=True).returncode:  # the pins
         raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "

@@ -41,6 +41,7 @@
 import os
 
 REPO = os.environ.get("EBM_JAX_REPO", "")
+EXTRAS = ""  # this notebook needs the core only
 try:
     import ebm_jax  # noqa: F401
 except ImportError:
@@ -53,7 +54,8 @@ except ImportError:
                            "git URL or a local checkout's path, then run this cell again")
     pins = "".join(f"{name}=={metadata.version(name)}\n" for name in ("jax", "jaxlib")
                    if any(metadata.distributions(name=name)))
-    target = f"git+{REPO}" if REPO.startswith(("http://", "https://", "ssh://")) else REPO
+    target = (f"ebm_jax{EXTRAS} @ git+{REPO}" if REPO.startswith(
+        ("http://", "https://", "ssh://")) else f"{REPO}{EXTRAS}")
     if subprocess.run([sys.executable, "-m", "pip", "install", "-q", target, "-c",
                        "/dev/stdin"], input=pins, text=True).returncode:  # the pins
         raise RuntimeError(f"pip could not install ebm_jax beside {pins.split()} (it needs "
@@ -430,7 +432,8 @@ print(f"notebook ran in {time.perf_counter() - START:.0f} s")
 #
 # The paper's experiments are configs of one recipe (`ebm_jax/recipes/tracking/socl.py`), each
 # run by the command in its docstring, e.g.
-# `ebm-jax run socl_table1_ablation:quick`:
+# `ebm-jax run socl_table1_ablation:quick` (after
+# `pip install 'ebm_jax[experiments]'`: the tracking runs read records through grain):
 #
 # - `experiments/tracking/socl_table1_ablation.py`: GST, +SNS, +mix-up, +LST (Table 1);
 # - `experiments/tracking/socl_figure7_thresholds.py`: the theta_b and b_p sweeps (Fig. 7);

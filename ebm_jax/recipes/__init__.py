@@ -8,6 +8,9 @@ A recipe module defines
   devices), raising ValueError with a message naming the setting;
 - `run(cfg, ctx) -> Report`: plan the stages, run them through `ctx`
   (`ebm_jax.train.stages`), and build the tables and figures.
+- optionally `extras(cfg)`: the package's extras `cfg` needs beyond the core install
+  (names of `ebm_jax.checks.EXTRAS`), checked before any work; `WORKDIR`: its
+  default work directory when it reads another recipe's stages.
 
 Recipes compose library code; they define no math. `run_experiment` (`runner.py`) is
 the one entry point, used by the command line and by notebooks alike.

@@ -193,6 +193,12 @@ def _check_memory(cfg: Config, specs: list[RunSpec]) -> None:
         hint=f"{fix} (batch_size, width, image_size)")
 
 
+def extras(cfg: Config) -> tuple[str, ...]:
+    """Records data and the grain loader need the `data` extra; the other data and the
+    in-memory loader need the core only."""
+    return ("data",) if cfg.data == "records" or cfg.loader == "grain" else ()
+
+
 def check(cfg: Config, ctx: RunContext) -> None:
     """Every error that can be known before the first training step: the data root,
     devices, queue sizes and memory (before any data is read), then the data itself."""

@@ -310,6 +310,11 @@ def _losses(cfg: Config, tables) -> None:
             raise ValueError(f"{spec.name}: {e}") from None
 
 
+def extras(cfg: Config) -> tuple[str, ...]:
+    """COCO AP (pycocotools) scores every detection run."""
+    return ("coco",)
+
+
 def check(cfg: Config, ctx) -> None:
     """Everything that can be checked before any data is opened or generated."""
     from ebm_jax import checks

@@ -26,7 +26,8 @@ import numpy as np
 
 from ebm_jax.report.tables import markdown_table
 
-__all__ = ["FIGURES", "GROUPS", "probe_markdown", "probe_summary", "refined_iou_figure"]
+__all__ = ["FIGURES", "GROUPS", "probe_markdown", "probe_summary", "refined_iou_figure",
+           "tracking_markdown", "tracking_summary"]
 
 GROUPS = ("validation", "test", "outside")
 # figure name -> (from_starts key of the mean, of its standard error over pairs)
@@ -43,12 +44,22 @@ def group_of(set_name: str) -> str:
 
 def _figure(rows: Sequence[Mapping], level: str, key: str, se_key: str | None) -> dict:
     """One figure over the probes `rows` of a group (see the module)."""
-    values = np.asarray([r["from_starts"][level][key] for r in rows], np.float64)
+    values = [r["from_starts"][level][key] for r in rows]
+    own = None if se_key is None else [r["from_starts"][level][se_key] for r in rows]
+    return _summarise(rows, values, own, "pairs")
+
+
+def _summarise(rows: Sequence[Mapping], values: Sequence[float],
+               own_se: Sequence[float] | None, own_unit: str) -> dict:
+    """The mean of `values` (one per row of a group) with its standard errors: over
+    each row's own units (`own_se`, e.g. its pairs or its sequences), over seeds and
+    over draws (see the module); `beyond_2se` where |mean| exceeds twice the largest."""
+    values = np.asarray(values, np.float64)
     out = {"mean": float(values.mean()), "probes": len(rows)}
     ses = {}
-    if se_key is not None:
-        pair_se = np.asarray([r["from_starts"][level][se_key] for r in rows], np.float64)
-        ses["pairs"] = float(np.sqrt(np.sum(pair_se ** 2)) / len(rows))
+    if own_se is not None and all(x is not None for x in own_se):  # None: one unit
+        ses[own_unit] = float(np.sqrt(np.sum(np.asarray(own_se, np.float64) ** 2))
+                              / len(rows))
     for unit, field in (("seeds", "seed"), ("draws", "draw")):
         keys = sorted({r.get(field) for r in rows if r.get(field) is not None})
         if len(keys) > 1:
@@ -132,6 +143,44 @@ def probe_markdown(summary: Mapping, levels: Sequence[str], *, outside_draws: in
     return (f"Gains of IoU in points (refined minus start, mean over seeds {list(seeds)}"
             " and draws), with the largest of their standard errors (over pairs, seeds, "
             "draws) in brackets; * beyond twice it.\n\n" + "\n".join(parts))
+
+
+def tracking_summary(rows: Sequence[Mapping]) -> dict:
+    """{group: {"box_siam": AUC with its standard errors (over each set's sequences,
+    seeds, draws), "never_moves": the AUC of the tracker that never moves}} from rows of
+    Box-Siam's own tracker (SiamFC's scale search), one per seed and set, each with
+    "seed", "set", "draw", "auc", "auc_se" (over the set's sequences) and "static_auc"."""
+    out = {}
+    for group in GROUPS:
+        mine = [r for r in rows if group_of(r["set"]) == group]
+        if mine:
+            out[group] = {
+                "box_siam": _summarise(mine, [r["auc"] for r in mine],
+                                       [r["auc_se"] for r in mine], "sequences"),
+                "never_moves": float(np.mean([r["static_auc"] for r in mine]))}
+    return out
+
+
+def tracking_markdown(summary: Mapping) -> str:
+    """Box-Siam's own tracker on each set of the probe, and the outside split minus the
+    test split: whether the backbone that places the boxes still finds the targets
+    where the heads are probed."""
+    def auc(f: Mapping) -> str:
+        largest = max(f["se"].values()) if f["se"] else None
+        return f"{100 * f['mean']:.1f}" + ("" if largest is None else f" ({100 * largest:.1f})")
+
+    rows = [[group, auc(summary[group]["box_siam"]),
+             f"{100 * summary[group]['never_moves']:.1f}"] for group in summary]
+    if "outside" in summary and "test" in summary:
+        rows.append(["outside - test", _difference(summary["outside"]["box_siam"],
+                                                   summary["test"]["box_siam"]), ""])
+    return ("### Box-Siam's own tracker on the probe's sets\n\n"
+            "SiamFC's scale search with the Box-Siam backbone the heads refine on: its AUC "
+            "(%, mean over seeds and draws, the largest standard error over sequences, "
+            "seeds and draws in brackets) beside the tracker that never moves; in the "
+            "last row, * where the difference exceeds twice its standard error.\n\n"
+            + markdown_table(["set", "Box-Siam AUC", "never moves AUC"], rows,
+                             align="lrr"))
 
 
 def refined_iou_figure(summary: Mapping, levels: Sequence[str]):

@@ -44,7 +44,8 @@ EPILOGUE = "\nprint('CALLS ' + json.dumps(calls))\n"
 
 
 def _cell() -> str:
-    notebook = json.loads((NOTEBOOKS / "ebm_regression_1d.ipynb").read_text())
+    # the detection notebook installs an extra (its EXTRAS: "[coco]")
+    notebook = json.loads((NOTEBOOKS / "detection_refinement.ipynb").read_text())
     return next("".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code")
 
 
@@ -62,9 +63,9 @@ def _calls(done: subprocess.CompletedProcess) -> list[dict]:
 
 
 @pytest.mark.parametrize("repo, target", [
-    ("https://example.org/ebm_jax.git", "git+https://example.org/ebm_jax.git"),
-    ("ssh://git@example.org/ebm_jax.git", "git+ssh://git@example.org/ebm_jax.git"),
-    ("/content/ebm_jax", "/content/ebm_jax"),
+    ("https://example.org/ebm_jax.git", "ebm_jax[coco] @ git+https://example.org/ebm_jax.git"),
+    ("ssh://git@example.org/ebm_jax.git", "ebm_jax[coco] @ git+ssh://git@example.org/ebm_jax.git"),
+    ("/content/ebm_jax", "/content/ebm_jax[coco]"),
 ])
 def test_installs_from_repo_keeping_the_installed_jax(repo, target):
     (call,) = _calls(_run(repo))

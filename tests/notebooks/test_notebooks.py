@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ebm_jax.checks import EXTRAS
+
 NOTEBOOKS = Path(__file__).parents[2] / "notebooks"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("*.py"))
 CELL_TIMEOUT_S = 300
@@ -85,6 +87,30 @@ CHECKS = {
 }
 
 
+# The extras each notebook installs beyond the core (its install cell's EXTRAS); the
+# run below hides the modules of every other extra (`ebm_jax.checks.EXTRAS`).
+NOTEBOOK_EXTRAS = {"detection_refinement": ("coco",), "ebm_box_head": ("data",)}
+
+
+def hide_extras(name: str) -> str:
+    """A cell, run first in the notebook's kernel: the modules of the extras that
+    notebook `name` does not install cannot be imported."""
+    hidden = sorted(m for extra, mods in EXTRAS.items()
+                    if extra not in NOTEBOOK_EXTRAS.get(name, ()) for m in mods)
+    return HIDE_EXTRAS.replace("HIDDEN_MODULES", repr(hidden))
+
+
+HIDE_EXTRAS = """
+import importlib.abc as _abc, sys as _sys
+_HIDDEN = HIDDEN_MODULES
+class _Hidden(_abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _HIDDEN:
+            raise ModuleNotFoundError(f"No module named {name!r} (hidden)", name=name)
+_sys.meta_path.insert(0, _Hidden())
+"""
+
+
 def percent_cells(source: str) -> list[tuple[str, str]]:
     """(cell type, source) of each cell of a jupytext percent-format script, as
     jupytext writes them into the .ipynb: the YAML header dropped, `# %%` lines split
@@ -155,8 +181,15 @@ def install_cell(name: str) -> str:
 
 
 def test_every_notebook_starts_with_the_same_install_cell():
+    """The same cell but for its EXTRAS line, which names the notebook's extras."""
     cells = {name: install_cell(name) for name in NAMES}
-    assert len(set(cells.values())) == 1, "the install cells differ"
+    extras_line = re.compile(r'^EXTRAS = "(\[([a-z,]+)\])?"  # .*$', re.M)
+    for name, cell in cells.items():
+        found = extras_line.search(cell)
+        assert found, f"{name}: no EXTRAS line"
+        assert tuple(filter(None, (found.group(2) or "").split(","))) == NOTEBOOK_EXTRAS.get(
+            name, ()), name
+    assert len({extras_line.sub("", c) for c in cells.values()}) == 1, "the cells differ"
     assert 'REPO = os.environ.get("EBM_JAX_REPO", "")' in cells[NAMES[0]]
 
 
@@ -178,6 +211,8 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' temporary folders
     notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    # the notebooks need the core install only: the extras' modules are hidden
+    notebook.cells.insert(0, nbformat.v4.new_code_cell(hide_extras(name)))
     checks = CHECKS.get(name, ["True"])  # test_every_notebook_is_checked wants an entry
     notebook.cells.append(nbformat.v4.new_code_cell(
         "import json as _json, math\n"

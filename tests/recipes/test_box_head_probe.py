@@ -70,3 +70,11 @@ def test_the_tiny_probe_reports_every_head_on_every_set(tmp_path, capsys):
     assert data["sets"]["outside-0"]["seed"] != data["sets"]["outside-1"]["seed"]
     md = (out / "results.md").read_text()
     assert "### Outside minus test" in md and (out / "refined_iou.png").is_file()
+    # Box-Siam's own tracker on every set, one row per seed and set
+    tracked = data["box_siam_tracking"]
+    assert {(r["seed"], r["set"]) for r in tracked} == {(0, s) for s in sets}
+    for r in tracked:
+        assert 0 <= r["auc"] <= 1 and 0 <= r["static_auc"] <= 1
+        assert r["draw"] == (int(r["set"][-1]) if r["set"].startswith("outside") else None)
+    assert set(data["box_siam_summary"]) == {"validation", "test", "outside"}
+    assert "### Box-Siam's own tracker on the probe's sets" in md and "outside - test" in md

@@ -57,3 +57,32 @@ def test_the_markdown_has_a_table_per_group_and_outside_minus_test():
     # outside - test: -6.0 points, se hypot(pairs se of the test, of outside)
     se = math.hypot(0.01, math.sqrt(2 * 0.01**2) / 2)
     assert f"| apart | nce | -6.0 ({100 * se:.1f}) * |" in text
+
+
+def test_box_siams_tracking_per_set_and_the_outside_minus_test_row():
+    """Box-Siam's AUC per group over seeds (and draws), its standard error over each
+    set's sequences as the root sum of squares over the rows, and outside - test with
+    the root sum of the two groups' largest standard errors."""
+    from ebm_jax.report.box_head_probe import tracking_markdown, tracking_summary
+
+    rows = [{"seed": s, "set": "test", "draw": None, "auc": auc, "auc_se": 0.03,
+             "static_auc": 0.1} for s, auc in ((0, 0.40), (1, 0.44))]
+    rows += [{"seed": s, "set": f"outside-{d}", "draw": d, "auc": auc, "auc_se": 0.04,
+              "static_auc": 0.12}
+             for (s, d), auc in {(0, 0): 0.36, (0, 1): 0.30, (1, 0): 0.38,
+                                 (1, 1): 0.32}.items()]
+    summary = tracking_summary(rows)
+    test, outside = summary["test"]["box_siam"], summary["outside"]["box_siam"]
+    assert math.isclose(test["mean"], 0.42, rel_tol=1e-12)
+    assert math.isclose(test["se"]["sequences"], math.sqrt(2 * 0.03**2) / 2, rel_tol=1e-12)
+    assert math.isclose(test["se"]["seeds"], np.std([0.40, 0.44], ddof=1) / math.sqrt(2),
+                        rel_tol=1e-12)
+    assert math.isclose(outside["mean"], 0.34, rel_tol=1e-12)
+    assert math.isclose(outside["se"]["draws"], np.std([0.37, 0.31], ddof=1) / math.sqrt(2),
+                        rel_tol=1e-12)
+    assert math.isclose(summary["outside"]["never_moves"], 0.12, rel_tol=1e-12)
+    md = tracking_markdown(summary)
+    largest_t, largest_o = max(test["se"].values()), max(outside["se"].values())
+    se = 100 * math.hypot(largest_t, largest_o)
+    assert f"| outside - test | -8.0 ({se:.1f}) * |" in md  # 8.0 > 2 x 3.7
+    assert "| test | 42.0 (" in md and "| 10.0 |" in md

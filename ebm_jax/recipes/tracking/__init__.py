@@ -285,6 +285,11 @@ def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
                               {"quick": quick, "tiny": tiny, "paper": paper})
 
 
+def extras(cfg: Config) -> tuple[str, ...]:
+    """The tracking data are records streamed by grain (`ebm_jax.data.pipeline`)."""
+    return ("data",)
+
+
 def check(cfg: Config, ctx: RunContext) -> stages.TrackingData:
     """Every error that can be known before training: roots, devices, memory, then the
     data itself (generated once; every sequence validated by its reader). Returns the

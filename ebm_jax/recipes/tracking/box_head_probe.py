@@ -17,8 +17,10 @@ gives the refined IoU of one ascent and of the tracker's own procedure (jittered
 each ascended, the top-k mean), and with another target's reference features (a head
 that refines as well with them does not use its reference). The report
 (`ebm_jax.report.box_head_probe`) gives each gain with its standard errors over pairs,
-over seeds and over draws of the outside split's photos. Nothing is tracked and nothing
-is chosen: the heads are trained with the config's settings.
+over seeds and over draws of the outside split's photos. Nothing is chosen: the heads
+are trained with the config's settings. Beside the probe, Box-Siam's own tracker
+(SiamFC's scale search) tracks every set, so that the report says whether the backbone
+the heads refine on still finds the targets where the heads are probed.
 
 The default work directory is the tracking recipe's (`runs/tracking`), so that a probe
 after `ebm_table4_dimp.py` and `ebm_table4_dimp_joint.py` reuses their stages.
@@ -30,10 +32,14 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
+import numpy as np
+
 from ebm_jax.config import Checks, ConfigError
 from ebm_jax.recipes.tracking import Config as TrackingConfig
 from ebm_jax.recipes.tracking import check as tracking_check
+from ebm_jax.recipes.tracking import extras as tracking_extras
 from ebm_jax.recipes.tracking import stages
+from ebm_jax.recipes.tracking.arms import Arm, run_arms
 from ebm_jax.recipes.tracking.box_head import train_box_head_arm
 from ebm_jax.recipes.tracking.box_head_stages import START_IOUS, probe_box_head
 from ebm_jax.recipes.tracking.data import generated_specs, generated_split
@@ -42,6 +48,7 @@ from ebm_jax.recipes.tracking.dimp_joint_stages import (DiMPJointTraining, check
 from ebm_jax.recipes.tracking.stages import TrackingRun, box_siam_arm
 from ebm_jax.report import Report
 from ebm_jax.report import box_head_probe as report
+from ebm_jax.report.statistics import standard_error
 from ebm_jax.train.stages import RunContext
 
 HEADS = ("apart", "joint")
@@ -110,6 +117,9 @@ def outside_specs(cfg: Config, ctx: RunContext) -> list:
             for d in range(cfg.outside_draws)]
 
 
+extras = tracking_extras  # the tracking data: records streamed by grain
+
+
 def check(cfg: Config, ctx: RunContext) -> Opened:
     """The tracking recipe's checks and data, the joint heads' crop (`check_dimp_joint`),
     then the outside split's draws, generated once."""
@@ -140,6 +150,16 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     # name -> (draw of the outside split or None, sequences)
     sets = {"validation": (None, val), "test": (None, opened.data.eval_sets["generated-test"]),
             **{name: (d, seqs) for d, (name, (_, seqs)) in enumerate(opened.outside.items())}}
+    # Box-Siam's own tracker on each set: does the backbone the heads refine on still
+    # find the targets there (the outside split's photos are new to it too)?
+    identities = {"validation": val_identity, "test": opened.data.identity["generated-test"],
+                  **{name: ident for name, (ident, _) in opened.outside.items()}}
+    tracked = run_arms(env, ctx, [Arm("box-siam", "box-siam", box_siam_arm)], cfg.seeds,
+                       {name: (identities[name], seqs) for name, (_, seqs) in sets.items()})
+    tracking = [{"seed": row["seed"], "set": name, "draw": sets[name][0],
+                 "auc": row["auc"], "auc_se": standard_error(np.asarray(row["sequence_auc"])),
+                 "static_auc": tracked.static[name]["auc"]}
+                for name in sets for row in tracked.rows[name]["box-siam"]]
     batches = cfg.probe_pairs // cfg.probe_batch
     rows = []
     for seed in cfg.seeds:
@@ -166,12 +186,11 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
                 f"sequences.\n\n"
                 + report.probe_markdown(summary, levels, outside_draws=cfg.outside_draws,
                                         seeds=cfg.seeds)
+                + "\n" + report.tracking_markdown(report.tracking_summary(tracking))
                 + "\n![Refined IoU against start IoU](refined_iou.png)\n")
     payload = {"experiment": "probe", "levels": levels, "summary": summary,
-               "probes": rows,
-               "sets": {"validation": val_identity,
-                        "test": opened.data.identity["generated-test"],
-                        **{name: ident for name, (ident, _) in opened.outside.items()}}}
+               "probes": rows, "box_siam_tracking": tracking,
+               "box_siam_summary": report.tracking_summary(tracking), "sets": identities}
     figures = {"refined_iou.png": functools.partial(report.refined_iou_figure, summary,
                                                     levels)}
     return Report(payload, markdown, figures)

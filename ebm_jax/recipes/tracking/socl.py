@@ -294,6 +294,9 @@ def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
                                        {"quick": quick, "tiny": tiny, "paper": paper})
 
 
+extras = tracking.extras  # the tracking data: records streamed by grain
+
+
 def check(cfg: Config, ctx: RunContext) -> Opened:
     """The tracking recipe's checks (roots, devices, memory, the data), then SoCL's: a
     batch must fit, the training sequences must carry points and every budget must buy
