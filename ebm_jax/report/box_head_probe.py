@@ -194,7 +194,7 @@ def refined_iou_figure(summary: Mapping, levels: Sequence[str]):
     x = [float(lv) for lv in levels]
     for ax, group in zip(axes[0], groups):
         for head, by_level in summary[group].items():
-            ax.plot(x, [by_level[lv]["iou_refined"]["mean"] for lv in levels], "o-",
+            ax.plot(x, [by_level[lv]["iou_refined"]["mean"] for lv in levels], marker="o",
                     label=head, linestyle="--" if head.startswith("joint") else "-")
         ax.plot([x[0], x[-1]], [x[0], x[-1]], color="grey", lw=0.8)
         ax.set_title(group)
