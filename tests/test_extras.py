@@ -113,15 +113,18 @@ raise SystemExit(main())
 """
 
 
-@pytest.mark.parametrize("spec, hidden, extra", [
-    ("ebm_regression/table2_detection.py:tiny", "pycocotools", "coco"),
-    ("tracking/siamfc_box.py:tiny", "grain,array_record", "data"),
+@pytest.mark.parametrize("args, hidden, extra", [
+    ("run ebm_regression/table2_detection.py:tiny", "pycocotools", "coco"),
+    ("run tracking/siamfc_box.py:tiny", "grain,array_record", "data"),
+    ("records toy1d --dataset 1", "tensorflow_datasets", "data"),
 ])
-def test_a_run_without_its_extra_stops_before_any_work(spec, hidden, extra, tmp_path):
+def test_a_run_without_its_extra_stops_before_any_work(args, hidden, extra, tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
+    command, rest = args.split(" ", 1)
+    rest = ([str(ROOT / "experiments" / rest), "--workdir", str(work)] if command == "run"
+            else rest.split())
     done = subprocess.run(
-        [sys.executable, "-c", HIDING, hidden, "run", str(ROOT / "experiments" / spec),
-         "--workdir", str(work), "--out", str(out)],
+        [sys.executable, "-c", HIDING, hidden, command, *rest, "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()

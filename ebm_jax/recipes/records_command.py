@@ -65,6 +65,9 @@ def records_command(args, overrides) -> int:
     """`ebm-jax records KIND ...`: writes the dataset (or, `info`, describes one)."""
     import json
 
+    from ebm_jax.checks import require_extras
+
+    require_extras("`ebm-jax records`", ("data",))  # tensorflow-datasets' ArrayRecord
     from ebm_jax.data import records as rec
     from ebm_jax.data import records_write as rw
 
