@@ -67,8 +67,7 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
     `source` is where `cfg` came from (`ebm_jax.report.provenance.config_source`: the
     config file, variant and overrides), recorded in the results' provenance with the
     code's version and commit, the resolved config's identity and the machine."""
-    from ebm_jax import checks
-    from ebm_jax.checks import disjoint_dirs, path_fits, writable_dir
+    from ebm_jax.checks import disjoint_dirs, path_fits, require_extras, writable_dir
     from ebm_jax.io import is_local
     from ebm_jax.train import initialize_distributed, make_mesh
     from ebm_jax.report import provenance
@@ -77,7 +76,7 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
     recipe = recipe_of(cfg)
     # the packages of the extras the config needs (its recipe's `extras`), before any work
     needs = getattr(recipe, "extras", None)
-    checks.require_extras(f"the {recipe_name(cfg)} recipe", needs(cfg) if needs else ())
+    require_extras(f"the {recipe_name(cfg)} recipe", needs(cfg) if needs else ())
     initialize_distributed(distributed)
     import jax
 

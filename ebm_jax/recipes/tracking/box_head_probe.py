@@ -179,6 +179,7 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
                                  "from_starts": p["from_starts"]})
     levels = [f"{x:g}" for x in START_IOUS]
     summary = report.probe_summary(rows, levels)
+    tracked_summary = report.tracking_summary(tracking)
     markdown = (f"## The box heads' refinement probe\n\n"
                 f"{len(cfg.box_head_methods)} losses x heads {list(cfg.heads)}, seeds "
                 f"{list(cfg.seeds)}; {cfg.probe_pairs} pairs per head, seed and set; "
@@ -186,11 +187,11 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
                 f"sequences.\n\n"
                 + report.probe_markdown(summary, levels, outside_draws=cfg.outside_draws,
                                         seeds=cfg.seeds)
-                + "\n" + report.tracking_markdown(report.tracking_summary(tracking))
+                + "\n" + report.tracking_markdown(tracked_summary)
                 + "\n![Refined IoU against start IoU](refined_iou.png)\n")
     payload = {"experiment": "probe", "levels": levels, "summary": summary,
                "probes": rows, "box_siam_tracking": tracking,
-               "box_siam_summary": report.tracking_summary(tracking), "sets": identities}
+               "box_siam_summary": tracked_summary, "sets": identities}
     figures = {"refined_iou.png": functools.partial(report.refined_iou_figure, summary,
                                                     levels)}
     return Report(payload, markdown, figures)
