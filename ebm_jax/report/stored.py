@@ -210,7 +210,8 @@ def compare_block(root: Path, arg: str, page: Path) -> str:
         raise StoredError(f"{page}: <!-- compare: {arg} -->: {error}") from None
     cmd_a = run_command(a["ebm_jax"]["provenance"])
     cmd_b = run_command(b["ebm_jax"]["provenance"])
-    return (f"`{cmd_a}` and `{cmd_b}`, then `ebm-jax compare "
+    runs = f"`{cmd_a}`" if cmd_a == cmd_b else f"`{cmd_a}` and `{cmd_b}`"
+    return (f"{runs}, then `ebm-jax compare "
             f"results/{Path(cmd_a.split()[2]).name.replace(':', '/')} {shlex.quote(run_a)} "
             f"results/{Path(cmd_b.split()[2]).name.replace(':', '/')} {shlex.quote(run_b)}`:"
             f"\n\n{table.strip()}\n")
