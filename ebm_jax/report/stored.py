@@ -41,7 +41,7 @@ from ebm_jax.report.provenance import StoredError
 
 RESULTS = Path("docs") / "results"
 _BLOCK = re.compile(
-    r"(?P<open><!-- (?P<kind>stored|claims|include|api|compare): (?P<arg>[^>]*?) -->\n)"
+    r"(?P<open><!-- (?P<kind>stored|claims|include|api|compare|experiments): (?P<arg>[^>]*?) -->\n)"
     r"(?P<body>.*?)"
     r"(?P<close><!-- /(?P=kind) -->)", re.S)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
@@ -223,6 +223,10 @@ def render_page(root: Path, page: Path, text: str) -> str:
         arg = m.group("arg").strip()
         if m.group("kind") == "claims":
             body = claims.table(root, arg, page)
+        elif m.group("kind") == "experiments":  # the README's table of experiments
+            from ebm_jax.report import experiments_table
+
+            body = experiments_table.table(root, arg, page)
         elif m.group("kind") == "compare":  # two stored runs paired by seed
             body = compare_block(root, arg, page)
         elif m.group("kind") == "api":  # a module's public API, from its code
