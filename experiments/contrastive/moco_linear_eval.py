@@ -12,6 +12,9 @@ Variants: quick (digits on photos, 16x16 RGB, three seeds, ResNet-18 width 16), 
 (a minute or two; the tests), cifar (MoCo's single-device CIFAR-10 recipe: ResNet-18, batch
 512, K 4096, 200 epochs; needs --config.data_root=<folder of cifar-10-batches-py> and a
 GPU).
+The choice of settings on the val split (seed 0, 804 held-out training images; the
+docs' "Settings, chosen on validation"): val (the kept `digits-color` augmentation),
+val_digits (the `digits` augmentation), val_mlp (MoCo v2's MLP head and T = 0.2).
 """
 
 from ebm_jax.recipes.contrastive import Config
@@ -20,7 +23,10 @@ from ebm_jax.recipes.contrastive import Config
 # on the val split (--config.eval_split=val, seed 0: see the README)
 QUICK = dict(data="digits-on-photos", augment="digits-color", seeds=(0, 1, 2))
 
-VARIANTS = ("quick", "tiny", "cifar")
+# the settings tried on the val split, seed 0
+VALIDATION = {"val": {}, "val_digits": dict(augment="digits"),
+              "val_mlp": dict(head="mlp", temperature=0.2)}
+VARIANTS = ("quick", "tiny", "cifar", *VALIDATION)
 
 
 def get_config(variant: str) -> Config:
@@ -37,4 +43,7 @@ def get_config(variant: str) -> Config:
             temperature=0.1, momentum=0.99, queue_size=4096, num_splits=8,
             augment="cifar", instdisc_noise=4096, bank_init="random", few_labels=100,
             momentum_values=(0.0, 0.9, 0.99, 0.999), queue_values=(512, 4096, 16384))
+    if variant in VALIDATION:
+        return Config(**{**QUICK, "eval_split": "val", "seeds": (0,), **VALIDATION[variant]},
+                      main="moco", tables=("main",))
     return Config(**QUICK, main="moco", tables=("main",))

@@ -18,17 +18,23 @@ batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), t
 moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
 training frames; no ImageNet weights offline), fine-tuned with the backbone learning
 rate x0.1 chosen on validation (`ebm_jax.recipes.tracking.socl.MOCO_START`).
+moco160 and moco160_path: the same on Table 1's 160 training videos (`socl_table1_ablation`'s
+variants of these names, whose SoCL-Siam and MoCo start they share), with and without
+the scene shortcut; moco40: a control of 40 independent videos (as many scenes as
+the grouped data), alpha 0.5 alone.
 """
 
-from ebm_jax.recipes.tracking.socl import Config, preset
+from ebm_jax.recipes.tracking.socl import MOCO160, MORE_VIDEOS, Config, preset
 
-VARIANTS = ("quick", "tiny", "paper", "moco")
+STUDIES = {**MOCO160, "moco40": ("moco", dict(num_train_sequences=40, alphas=(0.5,),
+                                              **MORE_VIDEOS))}
+VARIANTS = ("quick", "tiny", "paper", "moco", *STUDIES)
 
 REFERENCE = (("OTB-13 AUC", "BCE-Siam below SoCL-Siam at every alpha"),)
 
 
 def get_config(variant: str) -> Config:
     return preset(
-        variant, experiment="figure8",
+        variant, experiment="figure8", studies=STUDIES,
         quick=dict(reference=REFERENCE),
         paper=dict(reference=REFERENCE))

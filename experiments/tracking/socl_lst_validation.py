@@ -19,11 +19,47 @@ sequences as error bars).
 Variants (the SoCL recipe's presets): quick (40 + 10 sequences of 80 frames at 320x240;
 AlexNet width 0.25; three seeds; 2 CPU cores, about 15 SoCL trainings per seed), tiny
 (a minute or two; the tests), paper (the published net and schedule; a GPU).
+
+The studies of the docs' SoCL validation and scene-shortcut pages, one command each:
+lst_paper (the paper's LST alone: the setting chosen), lst_paper_region2 (the same with a
+context region of twice the receptive field), symmetric_screen (eq. 10 symmetrised, seed
+0, seven options) and symmetric_three (three of them, three seeds); from the MoCo start
+(`ebm_jax.recipes.tracking.socl.MOCO_START`): moco_screen (seed 0, the fine-tuning options
+at the full backbone learning rate), moco_calibrated (TOP temperature calibrated),
+moco_lst (the paper's LST), and on more videos moco170, moco170_groups (targets of a
+scene in groups of 4), moco170_path (groups moving on one path: the shortcut removed),
+moco1010_path (the same on 1010 videos).
 """
 
-from ebm_jax.recipes.tracking.socl import Config, preset
+from ebm_jax.recipes.tracking.socl import (MOCO_START, MORE_VIDEOS, SCENE_GROUPS,
+                                           SCENE_PATH, Config, preset)
 
-VARIANTS = ("quick", "tiny", "paper")
+PAPER = ("paper",)
+MOCO_LST = dict(lst_variants=PAPER, diagnostic_pairs=256)
+STUDIES = {
+    "lst_paper": ("quick", dict(lst_variants=PAPER)),
+    "lst_paper_region2": ("quick", dict(lst_variants=PAPER, region_fields=2.0)),
+    "symmetric_screen": ("quick", dict(
+        symmetric=True, seeds=(0,),
+        lst_variants=("paper", "TOP temperature 4", "region 216 px", "b_p 0.9", "b_p 0.3",
+                      "InfoNCE denominator", "own-pair mix-ups"))),
+    "symmetric_three": ("quick", dict(symmetric=True, lst_variants=(
+        "paper", "TOP temperature 4", "b_p 0.9"))),
+    "moco_screen": ("quick", dict(
+        init=MOCO_START["init"], backbone=MOCO_START["backbone"], seeds=(0,),
+        lst_variants=("paper", "backbone lr x0.1", "frozen batch norm"))),
+    "moco_calibrated": ("moco", dict(lst_variants=("paper", "TOP temperature calibrated"))),
+    "moco_lst": ("moco", MOCO_LST),
+    "moco170": ("moco", dict(MOCO_LST, num_train_sequences=170, **MORE_VIDEOS)),
+    "moco170_groups": ("moco", dict(MOCO_LST, num_train_sequences=170, **MORE_VIDEOS,
+                                    **SCENE_GROUPS)),
+    "moco170_path": ("moco", dict(MOCO_LST, num_train_sequences=170, **MORE_VIDEOS,
+                                  **SCENE_PATH)),
+    "moco1010_path": ("moco", dict(MOCO_LST, num_train_sequences=1010, **MORE_VIDEOS,
+                                   **SCENE_PATH)),
+}
+
+VARIANTS = ("quick", "tiny", "paper", *STUDIES)
 
 REFERENCE = (("OTB-13 AUC: +mix-up / +LST", "58.1 / 60.9"),
              ("VOT-16 EAO: +mix-up / +LST", "0.231 / 0.244"))
@@ -31,7 +67,7 @@ REFERENCE = (("OTB-13 AUC: +mix-up / +LST", "58.1 / 60.9"),
 
 def get_config(variant: str) -> Config:
     return preset(
-        variant, experiment="lst",
+        variant, experiment="lst", studies=STUDIES,
         quick=dict(validation_sequences=10, reference=REFERENCE),
         tiny=dict(validation_sequences=1, lst_variants=("paper", "b_p 0.9",
                                                         "own-pair mix-ups")),

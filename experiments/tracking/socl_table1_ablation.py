@@ -17,11 +17,14 @@ batches of 12 videos x 2 context regions of 159 px; three seeds; 2 CPU cores), t
 moco: the quick profile from the project's MoCo-pretrained ResNet-18 (pretrained on the
 training frames; no ImageNet weights offline), fine-tuned with the backbone learning
 rate x0.1 chosen on validation (`ebm_jax.recipes.tracking.socl.MOCO_START`).
+moco160: the same on 160 training videos, each annotated every 8th frame; moco160_path:
+the same with the scene shortcut removed (targets in groups of 4 on one path; the
+docs' "SoCL from the MoCo start").
 """
 
-from ebm_jax.recipes.tracking.socl import Config, preset
+from ebm_jax.recipes.tracking.socl import MOCO160, Config, preset
 
-VARIANTS = ("quick", "tiny", "paper", "moco")
+VARIANTS = ("quick", "tiny", "paper", "moco", *MOCO160)
 
 REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 60.9"),
              ("VOT-16 EAO", "0.215 / 0.228 / 0.231 / 0.244"))
@@ -29,6 +32,6 @@ REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 6
 
 def get_config(variant: str) -> Config:
     return preset(
-        variant, experiment="table1",
+        variant, experiment="table1", studies=MOCO160,
         quick=dict(reference=REFERENCE),
         paper=dict(reference=REFERENCE))

@@ -282,11 +282,29 @@ PRESETS = {
 MOCO_START = dict(init="moco", backbone="resnet18", backbone_lr_scale=0.1)
 
 
+# the scene-shortcut studies (docs: "SoCL: the scene shortcut"), as named variants of
+# the MoCo start: four times the videos, each annotated every 8th frame; the targets
+# of a scene in groups of 4 (negatives that share the scene); moving on one path
+MORE_VIDEOS = dict(annotate_every=8, diagnostic_pairs=256)
+SCENE_GROUPS = dict(scene_group=4)
+SCENE_PATH = dict(scene_group=4, scene_path=True)
+# Table 1 and Figure 8 from the MoCo start on 160 videos, with and without the shortcut
+MOCO160 = {"moco160": ("moco", dict(num_train_sequences=160, **MORE_VIDEOS)),
+           "moco160_path": ("moco", dict(num_train_sequences=160, **MORE_VIDEOS,
+                                         **SCENE_PATH))}
+
+
 def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
-           paper: dict | None = None, moco: dict | None = None, **fields) -> Config:
+           paper: dict | None = None, moco: dict | None = None,
+           studies: dict | None = None, **fields) -> Config:
     """The Config of preset `variant` ("quick", "tiny", "paper", or "moco": quick with
     `MOCO_START`) with `fields`, and the fields given for that variant (`quick=`,
-    `tiny=`, `paper=`, `moco=`) over them."""
+    `tiny=`, `paper=`, `moco=`) over them. `studies` = {name: (preset, fields)} names
+    further variants, each a preset with fields over it (one command per docs table)."""
+    if studies and variant in studies:
+        base, extra = studies[variant]
+        return dataclasses.replace(preset(base, quick=quick, tiny=tiny, paper=paper,
+                                          moco=moco, **fields), **extra)
     if variant == "moco":
         return dataclasses.replace(preset("quick", quick=quick, **fields),
                                    **{**MOCO_START, **(moco or {})})
