@@ -172,7 +172,32 @@ def get_variant(module: types.ModuleType, variant: str | None, path="config"):
     if not (dataclasses.is_dataclass(cfg) and not isinstance(cfg, type)):
         raise ConfigError(f"{path}: get_config({variant!r}) must return a dataclass "
                           f"instance, got {type(cfg).__name__}")
-    return cfg
+    return declared_floats(cfg)
+
+
+def declared_floats(cfg):
+    """`cfg` with every int held by a field declared float (or tuple[float, ...]) made
+    a float, in nested config dataclasses too: a file's `region_fields=2` is then the
+    setting, and the identity, of `--config.region_fields=2` (which parses to 2.0)."""
+    def number(v):
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    hints = typing.get_type_hints(type(cfg))
+    changes = {}
+    for f in dataclasses.fields(cfg):
+        value, typ = getattr(cfg, f.name), hints.get(f.name)
+        if typ is float:
+            new = number(value)
+        elif (typing.get_origin(typ) is tuple and typing.get_args(typ)[:1] == (float,)
+              and isinstance(value, tuple)):
+            new = tuple(number(v) for v in value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            new = declared_floats(value)
+        else:
+            continue
+        if new is not value and repr(new) != repr(value):  # 2 -> 2.0, (1, 2) -> (1.0, 2.0)
+            changes[f.name] = new
+    return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
 def load_config(spec: str, overrides: typing.Sequence[str] = ()):

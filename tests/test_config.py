@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from ebm_jax.config import Checks, ConfigError, apply_overrides, load_config, split_spec
+from ebm_jax.config import (Checks, ConfigError, apply_overrides, config_identity, load_config,
+                            split_spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +88,49 @@ VARIANTS = ("small", "big")
 def get_config(variant):
     return C(n={{"small": 1, "big": 10}}[variant])
 '''
+
+
+FLOATS = '''"""ebm-jax run {path}:ints
+
+A config whose float fields are written as ints.
+"""
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Inner:
+    scale: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class C:
+    n: int = 1
+    side: float = 0.5
+    sigmas: tuple[float, ...] = (0.5,)
+    flag: bool = False
+    inner: Inner = Inner()
+
+
+VARIANTS = ("ints", "floats")
+
+
+def get_config(variant):
+    if variant == "ints":
+        return C(n=2, side=2, sigmas=(1, 2), flag=True, inner=Inner(scale=3))
+    return C(n=2, side=2.0, sigmas=(1.0, 2.0), flag=True, inner=Inner(scale=3.0))
+'''
+
+
+def test_a_float_field_written_as_an_int_is_the_same_setting(tmp_path):
+    """A file's `side=2` is the setting (and the identity) of `side=2.0` and of the
+    override `--config.side=2`; an int field and a bool stay as they are."""
+    path = tmp_path / "floats.py"
+    path.write_text(FLOATS.format(path=path))
+    ints, floats = load_config(f"{path}:ints"), load_config(f"{path}:floats")
+    assert repr(ints.side) == "2.0" and repr(ints.sigmas) == "(1.0, 2.0)"
+    assert repr(ints.inner.scale) == "3.0" and repr(ints.n) == "2" and ints.flag is True
+    overridden = load_config(f"{path}:floats", ["side=2", "sigmas=1,2"])
+    assert config_identity(ints) == config_identity(floats) == config_identity(overridden)
 
 
 def test_load_config_by_path_and_variant(tmp_path):
