@@ -18,10 +18,9 @@ sync`; `check` keeps them in sync and each entry valid.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
-from ebm_jax.report.provenance import StoredError
+from ebm_jax.report.provenance import StoredError, read_tables
 
 CLAIMS = Path("docs") / "claims.toml"
 STATUSES = ("holds", "does not hold", "unresolved")
@@ -31,15 +30,7 @@ MAX_WORDS = 24  # a cell of a claim table: "at most about 20 words"
 
 def load(root: Path) -> list[dict]:
     path = root / CLAIMS
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise StoredError(f"{path}: no such file (the claims file)") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise StoredError(f"{path}: not a claims file ({e})") from None
-    entries = data.get("claim")
-    if not isinstance(entries, list) or not all(isinstance(c, dict) for c in entries):
-        raise StoredError(f"{path}: expected [[claim]] tables")
+    entries = read_tables(path, "claim", "a claims file")
     for i, c in enumerate(entries, 1):
         missing = [f for f in FIELDS if not isinstance(c.get(f), str) or not c[f].strip()]
         if missing:

@@ -18,12 +18,11 @@ The block in a page: `<!-- experiments: README -->` ... `<!-- /experiments -->`.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from ebm_jax.config import CONFIG_ROOT
 from ebm_jax.config_catalog import duration, find_configs, wall_times
-from ebm_jax.report.provenance import StoredError
+from ebm_jax.report.provenance import StoredError, read_tables
 
 ROWS = Path("docs") / "experiments.toml"
 FIELDS = ("configs", "paper", "page")
@@ -35,15 +34,7 @@ def load(root: Path) -> list[dict]:
     """The rows of `docs/experiments.toml`, each with `files`: its config paths
     relative to experiments/; one StoredError naming the file and row otherwise."""
     path = root / ROWS
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise StoredError(f"{path}: no such file (the README's table of experiments)") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise StoredError(f"{path}: not a table of experiments ({e})") from None
-    rows = data.get("row")
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise StoredError(f"{path}: expected [[row]] tables")
+    rows = read_tables(path, "row", "a table of experiments")
     configs = root / CONFIG_ROOT
     every = {p.relative_to(configs).as_posix() for p in find_configs(configs)}
     seen: dict[str, int] = {}

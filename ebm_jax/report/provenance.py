@@ -26,8 +26,26 @@ import os
 import subprocess
 from pathlib import Path
 
+
 class StoredError(ValueError):
     """A stored run, page or claims file that cannot be used: one line naming it."""
+
+
+def read_tables(path: Path, key: str, what: str) -> list[dict]:
+    """The `[[key]]` tables of the TOML file `path` (one of the docs' data files:
+    the claims, the README's experiments); one StoredError naming it otherwise."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise StoredError(f"{path}: no such file ({what})") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise StoredError(f"{path}: not {what} ({e})") from None
+    tables = data.get(key)
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise StoredError(f"{path}: expected [[{key}]] tables")
+    return tables
 
 
 # the footer's first words, which the stored-results tooling looks for
