@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from ebm_jax.report.statistics import mean_sd, paired_difference
 from ebm_jax.report.tables import markdown_table
-from ebm_jax.report.tracking import LABELS, PAPER_TABLE4_COLUMNS, _scores_table, paired_line
+from ebm_jax.report.tracking import (LABELS, PAPER_TABLE4_COLUMNS, SHORT, _scores_table,
+                                     paired_line)
 
 
 def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -35,6 +36,13 @@ def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[s
                    + (f" by {100 * abs(d['mean']):.1f} AUC points" if d["real"] else
                       " (within 2 standard errors)") + ".")
     return out
+
+
+def one_seed_pair(a: str, b: str, d: Mapping) -> str:
+    """A paired difference of one seed: its mean and standard error over sequences."""
+    se = "-" if d["se_sequences"] is None else f"{100 * d['se_sequences']:.1f}"
+    return (f"{SHORT.get(a, LABELS.get(a, a))} - {LABELS.get(b, b)}: "
+            f"{100 * d['mean']:+.1f} (se {se})")
 
 
 def validation_table(validation: Mapping) -> str:
@@ -109,12 +117,19 @@ def box_head_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]],
     compared = {f"{a} vs {b}" for a, b in pairs}
     for set_name, rows in summary.items():
         parts.append(_scores_table(set_name, rows, compared, spread))
-        lines = [paired_line(a, b, rows[f"{a} vs {b}"]) for a, b in pairs
-                 if f"{a} vs {b}" in rows]
-        if lines:
+        present = [(a, b) for a, b in pairs if f"{a} vs {b}" in rows]
+        if present and all(rows[f"{a} vs {b}"]["se_seeds"] is None for a, b in present):
+            # one seed: the errors over sequences alone, and no verdict, said once
+            parts.append("Paired differences (a - b, AUC points; one seed, so the standard "
+                         "error is over the test sequences alone and no verdict is made):"
+                         "\n\n" + "\n".join(
+                             f"- {one_seed_pair(a, b, rows[f'{a} vs {b}'])}"
+                             for a, b in present) + "\n")
+        elif present:
             parts.append("Paired differences (a - b, AUC points; standard errors over "
                          "the seeds and over the test sequences):\n\n"
-                         + "\n".join(lines) + "\n")
+                         + "\n".join(paired_line(a, b, rows[f"{a} vs {b}"])
+                                      for a, b in present) + "\n")
             parts.append("What holds here (only differences beyond 2 standard errors "
                          "are claimed):\n\n"
                          + "\n".join(box_head_verdicts(rows, pairs)) + "\n")

@@ -437,3 +437,19 @@ def test_the_run_counts_its_training_stages():
                                ) == 1 + 4 * 2 + 1
     box_siam = load_config(f"{ROOT / 'experiments/tracking/siamfc_box.py'}:tiny")
     assert recipe.count_stages(box_siam) == len(box_siam.seeds)
+
+
+def test_a_one_seed_report_gives_each_difference_once_and_no_verdict():
+    score = {k: {"mean": 0.5, "sd": None} for k in ("auc", "precision", "norm_precision",
+                                                     "ao", "sr50", "sr75", "fps")}
+    one = dict(_paired(-0.044, None, 0.024), per_seed=[-0.044], seeds=[0])
+    summary = {"generated-test": {"box-siam": score, "box-head-nce+": score,
+                                  "box-head-nce+ vs box-siam": one}}
+    md = box_head_report.box_head_markdown(
+        summary, [("box-head-nce+", "box-siam")], {"sequences": ["train_00009"], "score": {
+            "nce+": {"steps x1": [0.4]}}, "choice": {"nce+": {"candidate": "steps x1"}}},
+        title="t", seeds=(0,))
+    assert "one seed, so the standard error is over the test sequences alone" in md
+    assert "- box head, NCE+ - Box-Siam (SiamFC on boxes): -4.4 (se 2.4)" in md
+    assert "no verdict" in md and md.count("no verdict") == 1  # said once, not per pair
+    assert "What holds here" not in md
