@@ -77,12 +77,16 @@ def wall_time_text(entries: list) -> str:
     out = []
     for e in entries:
         s = e["seconds"] if isinstance(e["seconds"], list) else [e["seconds"]]
-        parts = [duration(v).split(" ") for v in s]
-        text = (f"{parts[0][0]}-{' '.join(parts[1])}"  # "35-40 min"
-                if len(parts) == 2 and parts[0][1] == parts[1][1]
-                else " - ".join(" ".join(p) for p in parts))
-        out.append(f"{text} ({e['machine']})")
+        out.append(f"{duration_range(s[0], s[-1])} ({e['machine']})")
     return "; ".join(out)
+
+
+def duration_range(low: float, high: float) -> str:
+    """Two durations as one range: "35-40 min", "5 min - 2.0 h", or one "12 min"."""
+    lo, hi = duration(low).split(" "), duration(high).split(" ")
+    if lo == hi:
+        return " ".join(lo)
+    return f"{lo[0]}-{' '.join(hi)}" if lo[1] == hi[1] else f"{' '.join(lo)} - {' '.join(hi)}"
 
 
 def describe(path: Path) -> tuple[str, tuple[str, ...]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ebm_jax.config import CONFIG_ROOT
-from ebm_jax.config_catalog import duration, find_configs, wall_times
+from ebm_jax.config_catalog import duration_range, find_configs, wall_times
 from ebm_jax.report.provenance import StoredError, read_tables
 
 ROWS = Path("docs") / "experiments.toml"
@@ -84,14 +84,8 @@ def time_cell(files: list[str], times: dict, note: str = "") -> str:
                 machines.append(cpu)
     parts = []
     if seconds:
-        lo, hi = duration(min(seconds)), duration(max(seconds))
-        if lo == hi:
-            text = lo
-        elif lo.split()[1] == hi.split()[1]:
-            text = f"{lo.split()[0]}-{hi}"
-        else:
-            text = f"{lo} - {hi}"
-        parts.append(f"{text} ({', '.join(machines)})")
+        parts.append(f"{duration_range(min(seconds), max(seconds))} "
+                     f"({', '.join(machines)})")
         if unmeasured and len(files) > 1:
             parts.append(f"{', '.join(unmeasured)} not measured whole")
     if note:
