@@ -12,13 +12,49 @@ torch_regression1d.py is the worker's side).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+class BenchRun:
+    """One run of a benchmark: its script and arguments, when it started and the
+    machine's load then; `write` writes its report with that provenance.
+
+        bench_run = BenchRun(__file__, argv)   # right after parsing the arguments
+        ...
+        bench_run.write(out, "losses", payload, markdown, files=("losses.png",))
+    """
+
+    def __init__(self, script: str, argv=None):
+        self.script = script
+        self.args = list(sys.argv[1:] if argv is None else argv)
+        self.started = time.time()
+        self.load_start = os.getloadavg()
+
+    def write(self, out_dir, stem: str, payload: dict, markdown: str,
+              files: tuple[str, ...] = ()) -> None:
+        """`<out_dir>/<stem>.json` and `<stem>.md` (`ebm_jax.io.write_report`) with the
+        provenance `ebm_jax.report.provenance.collect_benchmark` gives (the package
+        version and commit, the script and its arguments, the machine, the versions, the
+        load average at the start and the end, the wall time); the table ends with it in
+        one line. `files` are figures written beside them, which `python -m
+        ebm_jax.report.stored store <out_dir>/<stem>.json` stores with it."""
+        from ebm_jax import io
+        from ebm_jax.report import provenance
+
+        p = provenance.collect_benchmark(self.script, self.args, started=self.started,
+                                         finished=time.time(), load_average=self.load_start)
+        payload = {**payload, "ebm_jax": {"provenance": p,
+                                          "files": ["results.json", "results.md", *files]}}
+        io.write_report(out_dir, stem, payload,
+                        markdown.rstrip("\n") + "\n\n" + provenance.footer(p) + "\n")
 
 
 class TorchWorker:

@@ -39,13 +39,12 @@ import optax
 
 from ebm_jax.config import load_config
 from ebm_jax.data.images import ImageData, dataset_sizes
-from ebm_jax.io import write_report
 from ebm_jax.recipes import contrastive_stages as c
 from ebm_jax.train import create_train_state, make_train_step, replicate
 from ebm_jax.train.stages import RunContext
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved_wall_cpu  # noqa: E402
+from bench_protocol import BenchRun, interleaved_wall_cpu  # noqa: E402
 
 CONFIG = Path(__file__).parents[1] / "experiments" / "contrastive" / "moco_linear_eval.py"
 METHODS = ("moco", "end-to-end", "memory-bank", "instdisc", "supervised")
@@ -157,6 +156,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--out", type=Path, default=Path("results/bench"))
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     for name in ("steps", "rounds", "batch_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
               "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "rows": rows, "scanned_vs_unscanned_moco": rows[-1]["time_vs_moco"]}
     text = markdown(report)
-    write_report(args.out, f"contrastive_{args.variant}", report, text)
+    bench_run.write(args.out, f"contrastive_{args.variant}", report, text)
     print(text)
     return 0
 

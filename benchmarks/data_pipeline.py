@@ -24,10 +24,9 @@ from pathlib import Path
 from ebm_jax.data import images as image_data
 from ebm_jax.data.pipeline import HostShard, StepReader, batch_indices, image_batches
 from ebm_jax.data.records_write import write_image_records
-from ebm_jax.io import write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved_wall_cpu  # noqa: E402
+from bench_protocol import BenchRun, interleaved_wall_cpu  # noqa: E402
 
 
 def _dir_bytes(path: Path) -> int:
@@ -44,6 +43,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
 
     data = image_data.load_image_data(args.data, args.image_size, data_root=args.data_root)
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
                   f"{r['max']:.0f}) | {r['images_per_second']:.0f} | "
                   f"{r['cpu_seconds_per_100_batches']:.3f} |")
     print("\n".join(md))
-    write_report(Path(args.out), "data_pipeline", payload, "\n".join(md) + "\n")
+    bench_run.write(Path(args.out), "data_pipeline", payload, "\n".join(md) + "\n")
     return 0
 
 

@@ -29,12 +29,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ebm_jax.io import write_report
 from ebm_jax.models.detection_head import DetectionEnergyHead, refine_boxes
 from ebm_jax.ops import prroi_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved_wall_cpu  # noqa: E402
+from bench_protocol import BenchRun, interleaved_wall_cpu  # noqa: E402
 
 
 def _cell_integral(a, b):
@@ -195,6 +194,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved rounds per comparison (default 3)")
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     for name in ("boxes", "rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -255,7 +255,7 @@ def main(argv=None) -> int:
                          f"{r['first_call_seconds'][m]:.1f} |")
         lines.append(f"| | | | integral over dense | {r['speedup']:.1f}x | "
                      f"{r['speedup_cpu']:.1f}x | | |")
-    write_report(args.out, "detection_ops", {**meta, "pool": pools, "refine": refine,
+    bench_run.write(args.out, "detection_ops", {**meta, "pool": pools, "refine": refine,
                                              "train": train},
                  "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -26,11 +26,10 @@ from flax import nnx
 
 from ebm_jax.energy.langevin import langevin_chains
 from ebm_jax.energy.langevin_fused import chain_noise, fused_langevin_chains
-from ebm_jax.io import write_report
 from ebm_jax.models.energy_mlp import ToyEnergyMLP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved_wall_cpu  # noqa: E402
+from bench_protocol import BenchRun, interleaved_wall_cpu  # noqa: E402
 
 
 def bench(examples: int, samples: int, steps: int, rounds: int) -> dict:
@@ -72,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     for name in ("examples", "samples", "steps", "rounds"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
              f"{s(r['fused']['wall'])} | {s(r['fused']['cpu'])} |"]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_report(args.out, "langevin_chain", {"result": r, "device": str(device)}, text)
+    bench_run.write(args.out, "langevin_chain", {"result": r, "device": str(device)}, text)
     return 0
 
 

@@ -39,11 +39,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ebm_jax.energy import batch_loss, make_loss
-from ebm_jax.io import write_report
 from ebm_jax.models import ToyEnergyMLP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import TorchWorker, summary, torch_python  # noqa: E402
+from bench_protocol import BenchRun, TorchWorker, summary, torch_python  # noqa: E402
 
 BATCH = 32
 LOSSES = ("ml-is", "kld-is", "ml-mcmc-16", "nce", "nce+", "sm", "dsm")
@@ -220,6 +219,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-memory", action="store_true")
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     ms = [int(v) for v in args.ms.split(",")]
     ks = [int(v) for v in args.ks.split(",")]
     losses = args.losses.split(",")
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     md = markdown(payload)
     print(md)
     out = Path(args.out)
-    write_report(out, "losses", payload, md)
+    bench_run.write(out, "losses", payload, md, files=("losses.png",))
     plot(payload, out / "losses.png")
     print(f"wrote {out}/losses.json, losses.md, losses.png")
     return 0

@@ -56,7 +56,6 @@ from ebm_jax.config import load_config
 from ebm_jax.data import toy1d
 from ebm_jax.energy import batch_loss, make_loss
 from ebm_jax.energy.langevin import langevin_chains
-from ebm_jax.io import write_report
 from ebm_jax.models import ToyEnergyMLP
 from ebm_jax.recipes.regression1d import METHODS, check_method, method_loss
 from ebm_jax.train import init_train_state, make_mesh, make_train_step, replicate, shard_batch
@@ -69,7 +68,7 @@ from ebm_jax.train.ensemble import (
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_protocol import TorchWorker, summary  # noqa: E402
+from bench_protocol import BenchRun, TorchWorker, summary  # noqa: E402
 
 TABLE1 = HERE.parent / "experiments" / "ebm_regression" / "table1_toy1d.py"
 STEPS_PER_EPOCH = math.ceil(2000 / 32)
@@ -232,6 +231,7 @@ def main(argv=None) -> int:
     p.add_argument("--torch-device", default="cpu", choices=("cpu", "cuda"),
                    help="where the PyTorch baseline runs (cuda: a CUDA build of torch)")
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     for m in args.methods:
         check_method(m)
     for name in ("num_samples", "rounds", "heavy_steps", "threads"):
@@ -305,7 +305,7 @@ def main(argv=None) -> int:
         "load_average_start": load_start, "load_average_end": os.getloadavg(),
     }
     table = markdown(report)
-    write_report(args.out, "regression1d", report, table)
+    bench_run.write(args.out, "regression1d", report, table)
     print(table)
     return 0
 

@@ -40,12 +40,11 @@ from pathlib import Path  # noqa: E402
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ebm_jax.io import write_report  # noqa: E402
 from ebm_jax.train.records import cpu_name  # noqa: E402
 from ebm_jax.tracking import top_maps as tm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import summary  # noqa: E402
+from bench_protocol import BenchRun, summary  # noqa: E402
 
 COMPONENTS = ("random", "edgeboxes", "cues", "nms", "map")
 PAPER_SECONDS_512 = 0.4
@@ -202,6 +201,7 @@ def main(argv=None) -> int:
     p.add_argument("--stride", type=int, default=1, help="every n-th frame of --data")
     p.add_argument("--max-frames", type=int, default=200)
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     for name, low in (("repeats", 1), ("train_size", 8), ("stride", 1), ("max_frames", 1)):
         if getattr(args, name) < low:
             flag = "--repeats (--rounds)" if name == "repeats" else f"--{name.replace('_', '-')}"
@@ -210,7 +210,7 @@ def main(argv=None) -> int:
         p.error(f"--data {args.data} is not a directory")
     report = run(args)
     table = markdown(report)
-    write_report(args.out, "top_maps", report, table)
+    bench_run.write(args.out, "top_maps", report, table)
     print(table)
     return 0
 

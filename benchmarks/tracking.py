@@ -56,7 +56,6 @@ import optax
 from flax import nnx
 
 from ebm_jax.eval.tracking import box_iou
-from ebm_jax.io import write_report
 from ebm_jax.models.alexnet import LAYERS, SiamFCAlexNet, alexnet_flops  # noqa: F401
 from ebm_jax.ops.xcorr import xcorr_broadcast
 from ebm_jax.tracking import (SiamFCSettings, box_to_center, crop_square, exemplar_side,
@@ -66,6 +65,7 @@ from ebm_jax.train.records import cpu_name
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bench_protocol import BenchRun  # noqa: E402
 from siamfc_parts import (CONV_FORMULATIONS, FormulatedConv, _patches,  # noqa: E402, F401
                           calibrate_batch_norm, synthetic_sequence, torch_state_dict,
                           training_pairs, with_conv)
@@ -380,6 +380,7 @@ def main(argv=None) -> int:
                    help="largest box difference (px) the agreement check allows")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     for name, low in (("repeats", 1), ("train_steps", 1), ("batch_size", 1),
                       ("threads", 1), ("frames", 2), ("check_frames", 2)):
         if getattr(args, name) < low:
@@ -396,7 +397,7 @@ def main(argv=None) -> int:
             raise
         p.exit(2, f"{p.prog}: error: {err}\n")
     table = markdown(report)
-    write_report(args.out, "tracking", report, table)
+    bench_run.write(args.out, "tracking", report, table)
     print(table)
     return 0
 

@@ -36,11 +36,10 @@ from ebm_jax.data.sequences import read_got10k
 from ebm_jax.data.tracking import TrackingSpec, generate_tracking_split
 from ebm_jax.data.tracking_pairs import pair_batches
 from ebm_jax.data.tracking_records import generated_records
-from ebm_jax.io import write_report
 from ebm_jax.ops.jitter import CropJitter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved_wall_cpu  # noqa: E402
+from bench_protocol import BenchRun, interleaved_wall_cpu  # noqa: E402
 
 
 def _bytes(path: Path) -> int:
@@ -82,6 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--results", default=None)
     p.add_argument("--out", default="results/bench")
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     import grain
 
     options = default_read_options() if args.threads is None else grain.ReadOptions(
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
         md += ["", "Training (from --results):", "", "| stage | pairs/s |", "|---|---|"]
         md += [f"| {r['stage']} | {r['pairs_per_second']:.1f} |" for r in training]
     print("\n".join(md))
-    write_report(Path(args.out), "tracking_pairs", payload, "\n".join(md) + "\n")
+    bench_run.write(Path(args.out), "tracking_pairs", payload, "\n".join(md) + "\n")
     return 0
 
 

@@ -42,7 +42,6 @@ import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from ebm_jax.energy import batch_loss, make_loss  # noqa: E402
-from ebm_jax.io import write_report  # noqa: E402
 from ebm_jax.models import ToyEnergyMLP  # noqa: E402
 from ebm_jax.train import (  # noqa: E402
     StageCheckpoints,
@@ -55,7 +54,7 @@ from ebm_jax.train import (  # noqa: E402
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_protocol import interleaved_wall_cpu, summary  # noqa: E402
+from bench_protocol import BenchRun, interleaved_wall_cpu, summary  # noqa: E402
 
 LOSS = make_loss("nce", sigmas=(0.1, 0.8), num_samples=256)
 
@@ -226,6 +225,7 @@ def main(argv=None) -> int:
                    help="MLP widths of the checkpoint test (10 layers each)")
     p.add_argument("--ckpt-dir", type=Path, default=None)
     args = p.parse_args(argv)
+    bench_run = BenchRun(__file__, argv)
     if args.steps < 1:
         p.error(f"--steps must be >= 1, got {args.steps}")
     if args.rounds < 1:
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
         "checkpoints": ckpts,
     }
     table = markdown(report)
-    write_report(args.out, "train_infra", report, table)
+    bench_run.write(args.out, "train_infra", report, table)
     print(table)
     return 0
 

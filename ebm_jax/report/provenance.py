@@ -14,7 +14,9 @@ Every `results.json` carries, under `ebm_jax.provenance`:
                   finished before it (reused): wall_seconds is a whole run's time only
                   where none was
 
-and `results.md` ends with the same in one line (`footer`). The staleness test of the
+and `results.md` ends with the same in one line (`footer`). A benchmark's report
+(`benchmarks/*.py`, `collect_benchmark`) has `benchmark` (the script and its arguments)
+and `load_average` (at its start and end) where a run has `config`. The staleness test of the
 stored runs (`tests/test_stored_results.py`) compares the identity with what the config
 and variant resolve to today.
 """
@@ -122,10 +124,6 @@ def collect(cfg, *, source: dict | None, devices, started: float,
     from ebm_jax.config import config_identity
     from ebm_jax.train.records import versions
 
-    def iso(t):
-        return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(
-            timespec="seconds")
-
     git = git_state() if git is _UNSET else git
     return {
         "package": {"name": "ebm_jax", "version": __version__,
@@ -136,23 +134,71 @@ def collect(cfg, *, source: dict | None, devices, started: float,
                    "identity": config_identity(cfg)},
         "machine": machine(devices),
         "versions": versions(),
-        "started": iso(started), "finished": iso(finished),
+        "started": _iso(started), "finished": _iso(finished),
         "wall_seconds": round(finished - started, 1),
     }
+
+
+def _iso(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.UTC).isoformat(timespec="seconds")
+
+
+def collect_benchmark(script, args, *, started: float, finished: float,
+                      load_average: tuple, git=_UNSET) -> dict:
+    """The provenance of a benchmark's report: as `collect`'s, with `benchmark` (the
+    script, relative to the repository where it is in one, and its arguments) in place
+    of `config`, and the load average (1, 5 and 15 min) at its start and end, since
+    timings depend on what else the machine ran."""
+    from ebm_jax import __version__
+    from ebm_jax.train.records import versions
+
+    script = Path(script).resolve()
+    repo = Path(__file__).resolve().parents[2]
+    shown = (script.relative_to(repo).as_posix() if script.is_relative_to(repo)
+             else script.as_posix())
+    git = git_state() if git is _UNSET else git
+    return {
+        "package": {"name": "ebm_jax", "version": __version__,
+                    "commit": git["commit"] if git else None,
+                    "dirty": git["dirty"] if git else None},
+        "benchmark": {"script": shown, "args": [str(a) for a in args]},
+        "load_average": {"start": [round(float(v), 2) for v in load_average],
+                         "end": [round(float(v), 2) for v in os.getloadavg()]},
+        "machine": machine(),
+        "versions": versions(),
+        "started": _iso(started), "finished": _iso(finished),
+        "wall_seconds": round(finished - started, 1),
+    }
+
+
+def command(p: dict) -> str:
+    """What made a result: `CONFIG:VARIANT --config.X=Y ...` for a run,
+    `python SCRIPT ARGS` for a benchmark."""
+    if "benchmark" in p:
+        import shlex
+
+        b = p["benchmark"]
+        return shlex.join(["python", b["script"], *b["args"]])
+    cfg = p["config"]
+    spec = (f"{cfg['file']}:{cfg['variant']}" if cfg.get("file") else "a config from Python")
+    return spec + "".join(f" --config.{o}" for o in cfg.get("overrides", []))
 
 
 def footer(p: dict) -> str:
     """The one-line provenance under a results.md."""
     from ebm_jax.config_catalog import duration
 
-    pkg, cfg = p["package"], p["config"]
+    pkg = p["package"]
     commit = (f" @ {pkg['commit'][:12]}" + (" (modified)" if pkg["dirty"] else "")
               if pkg.get("commit") else " (no git commit)")
-    spec = (f"{cfg['file']}:{cfg['variant']}" if cfg.get("file") else "a config from Python")
-    spec += "".join(f" --config.{o}" for o in cfg.get("overrides", []))
     v = p["versions"]
-    return (f"{FOOTER_PREFIX} ebm_jax {pkg['version']}{commit} · `{spec}` · config "
-            f"{cfg['identity']} · {machine_text(p['machine'])} · JAX {v.get('jax')}, "
+    if "benchmark" in p:
+        load = p["load_average"]
+        what = f"load average {load['start'][0]:.1f} at the start, {load['end'][0]:.1f} at the end"
+    else:
+        what = f"config {p['config']['identity']}"
+    return (f"{FOOTER_PREFIX} ebm_jax {pkg['version']}{commit} · `{command(p)}` · "
+            f"{what} · {machine_text(p['machine'])} · JAX {v.get('jax')}, "
             f"Flax {v.get('flax')} · {p['finished'][:10]} · "
             f"{duration(p['wall_seconds'])}</sub>")
 
@@ -162,11 +208,14 @@ def read(results: dict, where: str) -> dict:
     has none (a run of before provenance was recorded)."""
     meta = results.get("ebm_jax") if isinstance(results, dict) else None
     p = meta.get("provenance") if isinstance(meta, dict) else None
-    needed = ("package", "config", "machine", "versions", "wall_seconds")
-    if not isinstance(p, dict) or not all(k in p for k in needed) or not isinstance(
-            p["config"], dict) or not all(k in p["config"] for k in (
-                "file", "variant", "overrides", "identity")):
+    needed = ("package", "machine", "versions", "wall_seconds")
+    source, fields = (("benchmark", ("script", "args")) if isinstance(p, dict)
+                      and "benchmark" in p else
+                      ("config", ("file", "variant", "overrides", "identity")))
+    if not isinstance(p, dict) or not all(k in p for k in (*needed, source)) or not (
+            isinstance(p[source], dict) and all(k in p[source] for k in fields)) or (
+                source == "benchmark" and not isinstance(p.get("load_average"), dict)):
         raise ValueError(f"{where}: results.json without provenance (ebm_jax.provenance "
-                         "with package, config, machine, versions); rerun it with this "
-                         "version of ebm_jax")
+                         "with package, config or benchmark, machine, versions); rerun it "
+                         "with this version of ebm_jax")
     return p

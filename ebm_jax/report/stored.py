@@ -66,13 +66,35 @@ def read_results(folder: Path) -> dict:
     return data
 
 
+def _read_benchmark(path: Path) -> dict:
+    """A benchmark's report (`benchmarks/*.py --out DIR` writes DIR/<stem>.json)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StoredError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StoredError(f"{path}: not a benchmark's report ({e})") from None
+    try:
+        p = provenance.read(data, str(path))
+    except ValueError as e:
+        raise StoredError(str(e)) from None
+    if "benchmark" not in p:
+        raise StoredError(f"{path}: a run's results, not a benchmark's report; store its "
+                          "folder")
+    if not path.with_suffix(".md").is_file():
+        raise StoredError(f"{path}: its table {path.with_suffix('.md').name} is missing")
+    return data
+
+
 def stored_names(root: Path) -> list[str]:
     folder = root / RESULTS
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
 def run_command(p: dict) -> str:
-    """The one command that reproduces a stored run."""
+    """The one command that reproduces a stored run (or benchmark report)."""
+    if "benchmark" in p:
+        return provenance.command(p)
     cfg = p["config"]
     file = cfg.get("file")
     # a shipped config by its short name; a config file elsewhere by its path
@@ -96,6 +118,12 @@ def staleness(root: Path, name: str) -> str | None:
     data = read_results(folder)
     where = folder / "results.json"
     p = data["ebm_jax"]["provenance"]
+    if "benchmark" in p:  # timings are of their commit; the script must still exist
+        script = p["benchmark"]["script"]
+        if not (root / script).is_file():
+            return (f"{where}: its benchmark {script} no longer exists; rerun what "
+                    "replaced it and store that")
+        return None
     cfg_src = p["config"]
     if not cfg_src.get("file"):
         return f"{where}: its run names no config file (it was run from Python)"
@@ -293,8 +321,16 @@ def store(root: Path, run: Path, name: str | None = None,
     """Copies the finished run in `run` to `docs/results/<name>` (default
     `<config>-<variant>`) and records its wall time in experiments/wall_times.json:
     its own where it trained every stage, else `measured` = (seconds, where they come
-    from), the wall time of the run that trained them, if given."""
-    data = read_results(run)
+    from), the wall time of the run that trained them, if given. `run` may also be a
+    benchmark's report, `<out>/<stem>.json` beside its `<stem>.md` (stored as
+    results.json and results.md, default name `bench-<stem>`)."""
+    sources = {"results.json": "results.json", "results.md": "results.md"}
+    if run.suffix == ".json":  # a benchmark's <stem>.json and <stem>.md
+        sources = {"results.json": run.name, "results.md": run.with_suffix(".md").name}
+        run = run.parent
+        data = _read_benchmark(run / sources["results.json"])
+    else:
+        data = read_results(run)
     p = data["ebm_jax"]["provenance"]
     reused = p.get("stages", {}).get("reused", 0)
     if measured is not None:
@@ -304,11 +340,17 @@ def store(root: Path, run: Path, name: str | None = None,
                               "where the time comes from")
         p = {**p, "wall_seconds": float(seconds), "measured_by": source}
         data["ebm_jax"]["provenance"] = p
-    cfg = p["config"]
-    if not cfg.get("file"):
-        raise StoredError(f"{run / 'results.json'}: its run names no config file; run it "
-                          "with `ebm-jax run NAME:VARIANT` to store it")
-    name = name or f"{Path(cfg['file']).stem}-{cfg['variant']}"
+    if "benchmark" in p:
+        if measured is not None:
+            raise StoredError("--measured-seconds is for runs that reused stages, not "
+                              "for a benchmark's report")
+        name = name or f"bench-{Path(sources['results.json']).stem}"
+    else:
+        cfg = p["config"]
+        if not cfg.get("file"):
+            raise StoredError(f"{run / 'results.json'}: its run names no config file; run "
+                              "it with `ebm-jax run NAME:VARIANT` to store it")
+        name = name or f"{Path(cfg['file']).stem}-{cfg['variant']}"
     if not re.fullmatch(r"[\w.-]+", name):
         raise StoredError(f"--as must be letters, digits, '_', '-' or '.', got {name!r}")
     files = data["ebm_jax"].get("files") or ["results.json", "results.md"]
@@ -318,7 +360,7 @@ def store(root: Path, run: Path, name: str | None = None,
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     for f in files:
-        src = run / f
+        src = run / sources.get(f, f)
         if not src.is_file():
             shutil.rmtree(staging)
             raise StoredError(f"{run}: lists {f} among its files, but it is missing")
@@ -329,7 +371,9 @@ def store(root: Path, run: Path, name: str | None = None,
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
-    if reused and measured is None:
+    if "benchmark" in p:  # not a config's variant: no entry in wall_times.json
+        pass
+    elif reused and measured is None:
         log(f"{name}: its run reused {reused} finished stage(s), so its "
             f"{p['wall_seconds']:.0f} s are not a whole run's time; wall_times.json left "
             "as it is (give --measured-seconds and --measured-by from the run that "

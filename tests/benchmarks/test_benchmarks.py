@@ -86,6 +86,49 @@ def test_benchmark_smoke_writes_json_and_markdown(tmp_path):
     assert "| ml-mcmc-256 |" in md and "GFLOP/s" in md and "paper's GPU 30.8 s" in md
 
 
+def test_a_benchmark_report_carries_its_provenance_and_can_be_stored(tmp_path):
+    """The report says what made it (the script, its arguments, the commit, the
+    machine and its load), and `stored store` takes it into docs/results as a page's
+    table, with the command that reproduces it."""
+    from ebm_jax.report import provenance, stored
+
+    out = tmp_path / "bench"
+    argv = ["--out", str(out), "--methods", "sm", "--num-samples", "4", "--rounds", "1"]
+    assert bench.main(argv) == 0
+    report = json.loads((out / "regression1d.json").read_text())
+    p = provenance.read(report, "regression1d.json")
+    assert p["benchmark"] == {"script": "benchmarks/regression1d.py", "args": argv}
+    assert len(p["load_average"]["start"]) == 3 and len(p["load_average"]["end"]) == 3
+    assert p["wall_seconds"] >= 0 and p["machine"]["cpu_cores"] >= 1
+    md = (out / "regression1d.md").read_text()
+    assert md.rstrip().splitlines()[-1].startswith(provenance.FOOTER_PREFIX)
+    assert "`python benchmarks/regression1d.py --out" in md and "load average" in md
+
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "regression1d.py").write_text("")
+    (root / "README.md").write_text("# repo\n")
+    target = stored.store(root, out / "regression1d.json")
+    assert target == root / stored.RESULTS / "bench-regression1d"
+    assert sorted(f.name for f in target.iterdir()) == ["results.json", "results.md"]
+    assert stored.staleness(root, "bench-regression1d") is None
+    assert not (root / "experiments" / "wall_times.json").exists()  # not a config's
+    (root / "docs" / "bench.md").write_text(
+        "# Bench\n<!-- stored: bench-regression1d -->\n<!-- /stored -->\n")
+    stored.sync(root)
+    page = (root / "docs" / "bench.md").read_text()
+    assert "`python benchmarks/regression1d.py --out" in page and "| sm |" in page
+    (root / "benchmarks" / "regression1d.py").unlink()  # the benchmark is gone
+    assert "its benchmark benchmarks/regression1d.py no longer exists" in (
+        stored.staleness(root, "bench-regression1d"))
+    with pytest.raises(stored.StoredError, match="missing.json: no such file"):
+        stored.store(root, tmp_path / "missing.json")
+    (tmp_path / "cut.json").write_text('{"rows": [')
+    with pytest.raises(stored.StoredError, match="cut.json: not a benchmark's report"):
+        stored.store(root, tmp_path / "cut.json")
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--methods", "ml-iss"], "method must be one of"),
     (["--num-samples", "0"], "--num-samples must be >= 1"),

@@ -26,6 +26,9 @@ def test_every_stored_run_has_provenance_and_reproduces_with_one_command():
     for name in stored.stored_names(ROOT):
         data = stored.read_results(ROOT / stored.RESULTS / name)
         p = data["ebm_jax"]["provenance"]
+        if "benchmark" in p:  # a benchmark's report: its script, run as printed
+            assert p["package"]["commit"] and (ROOT / p["benchmark"]["script"]).is_file()
+            continue
         assert p["package"]["commit"] and p["config"]["file"], name
         assert not p["config"]["overrides"], (
             f"{name}: a docs table reproduces with one `ebm-jax run NAME:VARIANT`, no "
@@ -98,6 +101,9 @@ def test_a_run_records_its_provenance_and_a_changed_default_makes_it_stale(
     (lambda d: d["ebm_jax"].pop("provenance"), "results.json without provenance"),
     (lambda d: d["ebm_jax"]["provenance"]["config"].pop("identity"),
      "results.json without provenance"),
+    (lambda d: d["ebm_jax"]["provenance"].update(
+        config=None, benchmark={"script": "benchmarks/x.py", "args": []}),
+     "results.json without provenance"),  # a benchmark's without its load average
 ])
 def test_a_stored_run_without_provenance_is_one_line_naming_it(tmp_path, damage, says):
     folder = tmp_path / "docs" / "results" / "old"
