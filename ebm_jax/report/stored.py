@@ -15,6 +15,18 @@ as the site's changelog takes CHANGELOG.md):
 and the claim tables are generated from `docs/claims.toml` (`ebm_jax.report.claims`)
 between `<!-- claims: PAGE -->` and `<!-- /claims -->`.
 
+Every other table of a page says what it is, above it (after the previous heading or
+table): `<!-- reference table -->` for one that holds no result (options, formats,
+the papers), or a block naming the commands that rerun a hand copy, whose label `sync`
+writes (a table copied from a run made before results carried their provenance):
+
+    <!-- copy: socl_lst_validation:moco_screen -->
+    <!-- /copy -->
+    <!-- copy: python benchmarks/losses.py -->
+
+`check` fails on a table with neither, and on a copy naming a config or variant that no
+longer loads; `copies` counts the copies left to rerun and store.
+
     python -m ebm_jax.report.stored store results/socl_table6_noisy_points/quick
     python -m ebm_jax.report.stored sync      # rewrite the included blocks
     python -m ebm_jax.report.stored check     # in sync and fresh? (the tests run it)
@@ -41,7 +53,8 @@ from ebm_jax.report.provenance import StoredError
 
 RESULTS = Path("docs") / "results"
 _BLOCK = re.compile(
-    r"(?P<open><!-- (?P<kind>stored|claims|include|api|compare|experiments): (?P<arg>[^>]*?) -->\n)"
+    r"(?P<open><!-- (?P<kind>stored|claims|include|api|compare|experiments|copy): "
+    r"(?P<arg>[^>]*?) -->\n)"
     r"(?P<body>.*?)"
     r"(?P<close><!-- /(?P=kind) -->)", re.S)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
@@ -245,6 +258,88 @@ def compare_block(root: Path, arg: str, page: Path) -> str:
             f"\n\n{table.strip()}\n")
 
 
+REFERENCE = "<!-- reference table -->"
+
+
+def copy_block(root: Path, arg: str, page: Path) -> str:
+    """The label of a hand-copied table: `<!-- copy: NAME:VARIANT ... -->` (the
+    configs' runs that made it), `<!-- copy: python benchmarks/SCRIPT ARGS -->`, or
+    `<!-- copy: rows -->` for a record whose rows name their commands."""
+    from ebm_jax.config import ConfigError, load_config
+
+    arg = arg.strip()
+    if arg == "rows":  # a record whose rows name their own commands (GPU runs)
+        return ("<sub>A hand record of runs made before results carried their "
+                "provenance; each row names the command that made it.</sub>\n")
+    if arg.startswith("python "):
+        script = arg.split()[1]
+        if not (root / script).is_file() or not script.startswith("benchmarks/"):
+            raise StoredError(f"{page}: <!-- copy: {arg} --> names no benchmark of "
+                              "benchmarks/")
+        return (f"<sub>A hand copy of a benchmark's report made before reports carried "
+                f"their provenance; `{arg}` reruns it.</sub>\n")
+    specs = arg.split()
+    if not specs or not all(":" in sp for sp in specs):
+        raise StoredError(f"{page}: <!-- copy: {arg} --> needs NAME:VARIANT [...], "
+                          "python benchmarks/SCRIPT or rows")
+    for spec in specs:
+        try:
+            load_config(spec)
+        except ConfigError as e:
+            raise StoredError(f"{page}: <!-- copy: {arg} -->: {spec} no longer loads "
+                              f"({e})") from None
+    runs = " and ".join(f"`ebm-jax run {sp}`" for sp in specs)
+    return (f"<sub>A hand copy of a run made before results carried their provenance, "
+            f"not yet a stored run; {runs} rerun{'s' if len(specs) == 1 else ''} it."
+            "</sub>\n")
+
+
+def unlabelled_tables(text: str) -> list[int]:
+    """The first lines (1-based) of the tables of a page that are neither inside a
+    generated block nor labelled above (a copy block or `<!-- reference table -->`
+    after the previous heading or table); fenced code is skipped."""
+    out, block, fence, labelled, in_table = [], None, False, False, False
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(("```", "~~~")):
+            fence = not fence
+        if fence:
+            continue
+        if block is not None:
+            if line.startswith(f"<!-- /{block} -->"):
+                labelled = block == "copy"
+                block = None
+            continue
+        if m := _BLOCK_OPEN.match(line):
+            block = m.group(1)
+            continue
+        if line.strip() == REFERENCE:
+            labelled = True
+        elif line.startswith("#"):
+            labelled = False
+        if line.startswith("|"):
+            if not in_table and not labelled:
+                out.append(i)
+            if not in_table:
+                labelled = False
+            in_table = True
+        else:
+            in_table = False
+    return out
+
+
+_BLOCK_OPEN = re.compile(r"<!-- (stored|claims|include|api|compare|experiments|copy): ")
+
+
+def copies(root: Path) -> dict[str, int]:
+    """How many hand-copied tables each page has (its copy blocks)."""
+    counts = {}
+    for page in pages(root):
+        n = len(re.findall(r"^<!-- copy: ", page.read_text(), flags=re.M))
+        if n:
+            counts[str(page.relative_to(root))] = n
+    return counts
+
+
 def render_page(root: Path, page: Path, text: str) -> str:
     """`text` with every stored and claims block filled in."""
     def fill(m):
@@ -255,6 +350,8 @@ def render_page(root: Path, page: Path, text: str) -> str:
             from ebm_jax.report import experiments_table
 
             body = experiments_table.table(root, arg, page)
+        elif m.group("kind") == "copy":  # a hand copy's label
+            body = copy_block(root, arg, page)
         elif m.group("kind") == "compare":  # two stored runs paired by seed
             body = compare_block(root, arg, page)
         elif m.group("kind") == "api":  # a module's public API, from its code
@@ -304,6 +401,12 @@ def check(root: Path) -> list[str]:
                 problems.append(why)
         except StoredError as e:
             problems.append(str(e))
+    for page in pages(root):
+        for line in unlabelled_tables(page.read_text()):
+            problems.append(
+                f"{page.relative_to(root)}:{line}: a table that is neither a stored run "
+                f"nor labelled; put `<!-- copy: NAME:VARIANT -->` and `<!-- /copy -->` "
+                f"above a hand copy, `{REFERENCE}` above a table that holds no result")
     try:
         problems += claims.problems(root)
         problems += [f"{p}: its generated blocks are out of date; run `python -m "
@@ -434,6 +537,9 @@ def main(argv=None) -> int:
         else:
             problems = check(root)
             print("\n".join(problems) if problems else "stored runs fresh, pages in sync")
+            if counts := copies(root):
+                print(f"{sum(counts.values())} hand-copied table(s) left to rerun and store: "
+                      + ", ".join(f"{k} {v}" for k, v in counts.items()))
             return 1 if problems else 0
     except StoredError as e:
         print(f"error: {e}", file=sys.stderr)
