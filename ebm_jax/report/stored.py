@@ -263,21 +263,21 @@ REFERENCE = "<!-- reference table -->"
 
 def copy_block(root: Path, arg: str, page: Path) -> str:
     """The label of a hand-copied table: `<!-- copy: NAME:VARIANT ... -->` (the
-    configs' runs that made it), `<!-- copy: python benchmarks/SCRIPT ARGS -->`, or
+    configs' runs that made it), `<!-- copy: python benchmarks/SCRIPT ARGS -->` (or `bash benchmarks/SCRIPT.sh`), or
     `<!-- copy: rows -->` for a record whose rows name their commands."""
     from ebm_jax.config import ConfigError, load_config
 
     arg = arg.strip()
     if arg == "rows":  # a record whose rows name their own commands (GPU runs)
-        return ("<sub>A hand record of runs made before results carried their "
+        return ("<sub>Recorded by hand from runs made before results carried their "
                 "provenance; each row names the command that made it.</sub>\n")
-    if arg.startswith("python "):
+    if arg.startswith(("python ", "bash ")):
         script = arg.split()[1]
         if not (root / script).is_file() or not script.startswith("benchmarks/"):
             raise StoredError(f"{page}: <!-- copy: {arg} --> names no benchmark of "
                               "benchmarks/")
-        return (f"<sub>A hand copy of a benchmark's report made before reports carried "
-                f"their provenance; `{arg}` reruns it.</sub>\n")
+        return (f"<sub>Copied by hand from a benchmark's report made before reports "
+                f"carried their provenance; `{arg}` reruns it.</sub>\n")
     specs = arg.split()
     if not specs or not all(":" in sp for sp in specs):
         raise StoredError(f"{page}: <!-- copy: {arg} --> needs NAME:VARIANT [...], "
@@ -288,10 +288,12 @@ def copy_block(root: Path, arg: str, page: Path) -> str:
         except ConfigError as e:
             raise StoredError(f"{page}: <!-- copy: {arg} -->: {spec} no longer loads "
                               f"({e})") from None
-    runs = " and ".join(f"`ebm-jax run {sp}`" for sp in specs)
-    return (f"<sub>A hand copy of a run made before results carried their provenance, "
-            f"not yet a stored run; {runs} rerun{'s' if len(specs) == 1 else ''} it."
-            "</sub>\n")
+    runs = ", ".join(f"`ebm-jax run {sp}`" for sp in specs[:-1])
+    runs = f"{runs} and `ebm-jax run {specs[-1]}`" if runs else f"`ebm-jax run {specs[0]}`"
+    one = len(specs) == 1
+    return (f"<sub>Copied by hand from {'a run' if one else 'runs'} made before results "
+            f"carried their provenance (not yet a stored run); {runs} "
+            f"{'reruns it' if one else 'rerun them'}.</sub>\n")
 
 
 def unlabelled_tables(text: str) -> list[int]:

@@ -245,3 +245,36 @@ def test_every_stored_file_is_in_the_repository():
         input="\n".join(str(p.relative_to(ROOT)) for p in (ROOT / stored.RESULTS).rglob("*")
                         if p.is_file()), capture_output=True, text=True).stdout.split()
     assert not ignored, f"git ignores stored files: {ignored[:5]}"
+
+
+def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch):
+    """A table outside the generated blocks says what it is: a hand copy names the
+    runs that rerun it (and check fails on one whose variant is gone), a reference
+    table says it holds no result; `check` names an unlabelled one by page and line."""
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    page = root / "docs" / "toy.md"
+    table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
+    page.write_text(f"# Toy\n\nText.\n\n{table}\n```\n| in a fence |\n```\n")
+    (problem,) = [p for p in stored.check(root) if "toy.md" in p]
+    assert problem.startswith("docs/toy.md:5: a table that is neither a stored run nor "
+                              "labelled")
+    page.write_text(f"# Toy\n\n<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}\n"
+                    f"Then another.\n\n{table}")
+    (problem,) = [p for p in stored.check(root) if "neither" in p]
+    assert problem.startswith("docs/toy.md:12:")  # one label covers one table
+    page.write_text(f"# Toy\n\n<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}\n"
+                    f"{stored.REFERENCE}\n\n{table}\n## Next\n\n{stored.REFERENCE}\n\n"
+                    f"### Deeper\n\n{table}")
+    (problem,) = [p for p in stored.check(root) if "neither" in p]
+    assert problem.startswith("docs/toy.md:22:")  # a heading ends a label's reach
+    page.write_text(f"# Toy\n\n<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}")
+    stored.sync(root)
+    assert f"`ebm-jax run {cfg}:small` reruns it" in page.read_text()
+    assert stored.copies(root) == {"docs/toy.md": 1}
+    assert not [p for p in stored.check(root) if "toy.md" in p]
+    page.write_text(f"# Toy\n\n<!-- copy: {cfg}:large -->\n<!-- /copy -->\n\n{table}")
+    (problem,) = [p for p in stored.check(root) if "toy.md" in p]
+    assert f"<!-- copy: {cfg}:large -->: {cfg}:large no longer loads" in problem
+    page.write_text(f"<!-- copy: python benchmarks/none.py -->\n<!-- /copy -->\n\n{table}")
+    (problem,) = [p for p in stored.check(root) if "toy.md" in p]
+    assert "names no benchmark of benchmarks/" in problem
