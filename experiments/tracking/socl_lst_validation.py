@@ -25,10 +25,12 @@ lst_paper (the paper's LST alone: the setting chosen), lst_paper_region2 (the sa
 context region of twice the receptive field), symmetric_screen (eq. 10 symmetrised, seed
 0, seven options) and symmetric_three (three of them, three seeds); from the MoCo start
 (`ebm_jax.recipes.tracking.socl.MOCO_START`): moco_screen (seed 0, the fine-tuning options
-at the full backbone learning rate), moco_calibrated (TOP temperature calibrated),
+at the full backbone learning rate; moco_screen_layer1 and moco_screen_layer2 freeze the
+stem to layer1 or layer2), moco_calibrated (TOP temperature calibrated),
 moco_lst (the paper's LST), and on more videos moco170, moco170_groups (targets of a
 scene in groups of 4), moco170_path (groups moving on one path: the shortcut removed),
-moco1010_path (the same on 1010 videos).
+moco1010_path (the same on 1010 videos), moco170_path_calibrated (moco170_path with the
+calibrated TOP temperature beside the paper's).
 """
 
 from ebm_jax.recipes.tracking.socl import (MOCO_START, MORE_VIDEOS, SCENE_GROUPS,
@@ -48,6 +50,8 @@ STUDIES = {
     "moco_screen": ("quick", dict(
         init=MOCO_START["init"], backbone=MOCO_START["backbone"], seeds=(0,),
         lst_variants=("paper", "backbone lr x0.1", "frozen batch norm"))),
+    "moco_screen_layer1": ("moco_screen", dict(freeze="layer1", lst_variants=PAPER)),
+    "moco_screen_layer2": ("moco_screen", dict(freeze="layer2")),
     "moco_calibrated": ("moco", dict(lst_variants=("paper", "TOP temperature calibrated"))),
     "moco_lst": ("moco", MOCO_LST),
     "moco170": ("moco", dict(MOCO_LST, num_train_sequences=170, **MORE_VIDEOS)),
@@ -58,6 +62,8 @@ STUDIES = {
     "moco1010_path": ("moco", dict(MOCO_LST, num_train_sequences=1010, **MORE_VIDEOS,
                                    **SCENE_PATH)),
 }
+STUDIES["moco170_path_calibrated"] = ("moco", dict(
+    STUDIES["moco170_path"][1], lst_variants=("paper", "TOP temperature calibrated")))
 
 VARIANTS = ("quick", "tiny", "paper", *STUDIES)
 

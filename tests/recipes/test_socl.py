@@ -326,3 +326,21 @@ def test_sequences_without_points_fail_or_take_box_centres():
     np.testing.assert_allclose(np.hypot(*shift.T), 20.0)
     kept = dc.replace(seq, points=boxes[:, :2], noisy_points=boxes[:, :2])
     assert points_from_boxes(kept, 20.0, seed=0) is kept
+
+
+@pytest.mark.parametrize("study, base, overrides", [
+    ("moco_screen_layer1", "moco_screen", ["freeze=layer1", "lst_variants=paper"]),
+    ("moco_screen_layer2", "moco_screen", ["freeze=layer2"]),
+    ("moco170_path_calibrated", "moco170_path",
+     ["lst_variants=paper,TOP temperature calibrated"]),
+])
+def test_a_named_study_is_its_base_with_the_overrides_it_replaces(study, base, overrides):
+    """A study variant (one command per docs table) resolves to the config, and so the
+    stages, of the override command it names; a study may build on another study."""
+    from ebm_jax.config import config_identity, load_config
+
+    named = load_config(f"socl_lst_validation:{study}")
+    by_hand = load_config(f"socl_lst_validation:{base}", overrides)
+    assert config_identity(named) == config_identity(by_hand)
+    assert config_identity(named) != config_identity(
+        load_config(f"socl_lst_validation:{base}"))

@@ -300,11 +300,13 @@ def preset(variant: str, *, quick: dict | None = None, tiny: dict | None = None,
     """The Config of preset `variant` ("quick", "tiny", "paper", or "moco": quick with
     `MOCO_START`) with `fields`, and the fields given for that variant (`quick=`,
     `tiny=`, `paper=`, `moco=`) over them. `studies` = {name: (preset, fields)} names
-    further variants, each a preset with fields over it (one command per docs table)."""
+    further variants, each a preset (or another study) with fields over it (one command
+    per docs table)."""
     if studies and variant in studies:
         base, extra = studies[variant]
+        rest = {k: v for k, v in studies.items() if k != variant}  # no cycles
         return dataclasses.replace(preset(base, quick=quick, tiny=tiny, paper=paper,
-                                          moco=moco, **fields), **extra)
+                                          moco=moco, studies=rest, **fields), **extra)
     if variant == "moco":
         return dataclasses.replace(preset("quick", quick=quick, **fields),
                                    **{**MOCO_START, **(moco or {})})
