@@ -318,7 +318,7 @@ def unlabelled_tables(text: str) -> list[int]:
             labelled = True
         elif line.startswith("#"):
             labelled = False
-        if line.startswith("|"):
+        if re.match(r" {0,3}\|", line):  # four spaces in would be code
             if not in_table and not labelled:
                 out.append(i)
             if not in_table:

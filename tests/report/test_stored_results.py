@@ -254,7 +254,8 @@ def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch):
     root, cfg = _toy_repo(tmp_path, monkeypatch)
     page = root / "docs" / "toy.md"
     table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
-    page.write_text(f"# Toy\n\nText.\n\n{table}\n```\n| in a fence |\n```\n")
+    page.write_text(f"# Toy\n\nText.\n\n{table}\n```\n| in a fence |\n```\n\n"
+                    "    | indented code |\n")
     (problem,) = [p for p in stored.check(root) if "toy.md" in p]
     assert problem.startswith("docs/toy.md:5: a table that is neither a stored run nor "
                               "labelled")
@@ -267,6 +268,9 @@ def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch):
                     f"### Deeper\n\n{table}")
     (problem,) = [p for p in stored.check(root) if "neither" in p]
     assert problem.startswith("docs/toy.md:22:")  # a heading ends a label's reach
+    page.write_text(f"# Toy\n\n- a list item:\n\n  | a | b |\n  |---|---|\n")
+    (problem,) = [p for p in stored.check(root) if "neither" in p]
+    assert problem.startswith("docs/toy.md:5:")  # a table indented in a list
     page.write_text(f"# Toy\n\n<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}")
     stored.sync(root)
     assert f"`ebm-jax run {cfg}:small` reruns it" in page.read_text()
