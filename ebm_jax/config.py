@@ -87,13 +87,25 @@ def config_name(path: str | Path) -> str:
         return str(path)
 
 
+# the metadata of a field added after results were stored, whose default keeps what runs
+# did before it: left out of the config's identity at its default, so that those results
+# stay fresh (`dataclasses.field(default=..., metadata=ADDED_FIELD)`)
+ADDED_FIELD = {"identity": "omitted at its default"}
+
+
 def config_identity(cfg) -> str:
     """The identity of a resolved config: 16 hex digits of the hash of all its fields
-    (`ebm_jax.io.content_hash` of `dataclasses.asdict`). Two runs with one identity
-    ran the same settings, whatever file, variant or overrides produced them."""
+    (`ebm_jax.io.content_hash` of `dataclasses.asdict`), but a field marked
+    `ADDED_FIELD` that holds its default. Two runs with one identity ran the same
+    settings, whatever file, variant or overrides produced them."""
     from ebm_jax.io import content_hash
 
-    return content_hash(dataclasses.asdict(cfg))
+    fields = dataclasses.asdict(cfg)
+    for f in dataclasses.fields(cfg):
+        if f.metadata.get("identity") == ADDED_FIELD["identity"] and (
+                fields.get(f.name) == f.default):
+            del fields[f.name]
+    return content_hash(fields)
 
 
 def config_changes(old: dict, new: dict, prefix: str = "") -> list[str]:

@@ -57,6 +57,9 @@ class BatchedEnergy:
         `one` vmapped. The written-out 1D network runs one small kernel per unit, whose
         fixed cost outweighs the gain on few rows: ML-MCMC with 5 models, batch 32 and
         8 chains trains 13x slower through `many`, and the two break even at 32-64.
+      chain_weights: () -> the arrays of the fused Langevin chain
+        (`ebm_jax.energy.langevin_fused`; the 1D network's `chain_weights()`), or None
+        where the network has none: `ml_mcmc_loss(..., fused=True)` needs them.
 
     Calling it calls `one`, so it can stand wherever an energy function does.
     """
@@ -64,6 +67,7 @@ class BatchedEnergy:
     one: Callable[[jax.Array, jax.Array], jax.Array]
     many: Callable[[jax.Array, jax.Array], jax.Array]
     min_rows: int = 64
+    chain_weights: Callable[[], dict] | None = None
 
     def __post_init__(self):
         checks.int_at_least("min_rows", self.min_rows, 1)
@@ -322,6 +326,9 @@ def make_loss(method: str, *, runtime: Sequence[str] = (), **hyperparameters) ->
     if not set(runtime) <= set(allowed) & set(hyperparameters):
         raise ValueError(f"runtime: method {method!r} takes {list(allowed)} at run time "
                          f"(each also given as an example value), got {list(runtime)}")
+    if hyperparameters.get("fused") and "num_steps" in runtime:
+        raise ValueError("runtime: the fused chain compiles its num_steps; give it bound, "
+                         "not at run time")
     bound = {k: v for k, v in hyperparameters.items() if k not in runtime}
 
     def loss(energy: Energy, x, y, key, **values):
@@ -342,7 +349,7 @@ def _check_beta_scale(beta_scale) -> None:
 _REQUIRED = {
     "ml-is": {"sigmas", "num_samples"},
     "kld-is": {"sigmas", "label_sigma", "num_samples"},
-    "ml-mcmc": {"num_steps", "step_size", "num_samples"},
+    "ml-mcmc": {"num_steps", "step_size", "num_samples", "fused"},
     "nce": {"sigmas", "num_samples"},
     "nce+": {"sigmas", "beta", "num_samples", "beta_scale"},
     "sm": set(),
@@ -352,7 +359,8 @@ _REQUIRED = {
 
 def _check_hyperparameters(method: str, hp: dict) -> None:
     required = _REQUIRED[method]
-    optional = {"ml-mcmc": {"num_samples"}, "nce+": {"beta_scale"}}.get(method, set())
+    optional = {"ml-mcmc": {"num_samples", "fused"}, "nce+": {"beta_scale"}}.get(
+        method, set())
     missing = required - optional - set(hp)
     unknown = set(hp) - required
     if missing:
@@ -377,6 +385,8 @@ def _check_hyperparameters(method: str, hp: dict) -> None:
         checks.non_negative("beta", hp["beta"])
     if "beta_scale" in hp:
         _check_beta_scale(hp["beta_scale"])
+    if "fused" in hp and not isinstance(hp["fused"], bool):
+        raise ValueError(f"fused must be True or False, got {hp['fused']!r}")
 
 
 def batch_loss(

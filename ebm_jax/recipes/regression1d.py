@@ -23,18 +23,27 @@ training and evaluating: in its table row, those of the stage's results (as meas
 when it trained and was scored, so a rerun writes the same row); in the progress line
 and in results.json's `stage_seconds`, those of this run (a rerun of a finished run
 that finds its programs in the compilation cache compiles nothing).
+
+ML-MCMC's chains (`langevin`): "reference" is the `lax.scan` chain of
+`ebm_jax.energy.langevin`; "fused" runs all L steps in one Pallas kernel
+(`ebm_jax.energy.langevin_fused`: the same noise, the same samples to float32 rounding;
+its L is then compiled, one step per L; on a CPU it runs in Pallas's interpret mode,
+slowly); "auto" (the default) takes the fused kernel on a GPU where it compiles there,
+else the reference chain, and the run says which and why. A stage trained with the
+fused kernel records it in its identity.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 
 import jax
 
 from ebm_jax import checks
-from ebm_jax.config import Checks, ConfigError
+from ebm_jax.config import ADDED_FIELD, Checks, ConfigError
 from ebm_jax.data import toy1d
 from ebm_jax.energy import BETA_SCALES, RUNTIME_HYPERPARAMETERS, make_loss
 from ebm_jax.energy.methods import mcmc_steps, parse_method
@@ -48,6 +57,7 @@ METHODS = ("ml-is", "ml-mcmc-1", "ml-mcmc-16", "ml-mcmc-256", "kld-is", "nce", "
 # samples, ML-MCMC with 1024 chains, on the authors' GPU.
 PAPER_TIMING_SETTING = "M = 1024, ML-MCMC 1024 chains, the authors' GPU"
 PLOT_GRID = 512  # resolution of the density plots (the D_KL uses `grid`)
+LANGEVIN = ("auto", "fused", "reference")  # ML-MCMC's chains (`Config.langevin`)
 
 
 def _valid_method(method: str) -> bool:
@@ -98,6 +108,8 @@ class Config:
     seed: int = 0
     reference_kl: tuple[tuple[str, float], ...] = ()  # the paper's D_KL per method
     reference_seconds_per_epoch: tuple[tuple[str, float], ...] = ()  # the paper's, its GPU
+    # ML-MCMC's Langevin chains: "auto", "fused" or "reference" (the module docstring)
+    langevin: str = dataclasses.field(default="auto", metadata=ADDED_FIELD)
 
     def __post_init__(self):
         for name in ("methods", "datasets", "sweep_m", "is_sigmas", "nce_sigmas",
@@ -123,6 +135,7 @@ class Config:
         c.positive("kld_label_sigma")
         c.positive("nce_plus_beta")
         c.one_of("nce_plus_beta_scale", BETA_SCALES)
+        c.one_of("langevin", LANGEVIN)
         for name in ("is_sigmas", "nce_sigmas", "langevin_step", "dsm_sigma"):
             v = getattr(self, name)
             if len(v) != 2 or not all(isinstance(s, (int, float)) and not isinstance(
@@ -183,10 +196,47 @@ def method_loss(cfg: Config, method: str, dataset: int,
         return "dsm", dict(sigma=cfg.dsm_sigma[i], num_samples=m)
     if mcmc_steps(method):
         chains = cfg.mcmc_samples if num_samples is None else num_samples
-        return "ml-mcmc", dict(num_steps=mcmc_steps(method),
-                               step_size=cfg.langevin_step[i], num_samples=chains)
+        hp = dict(num_steps=mcmc_steps(method), step_size=cfg.langevin_step[i],
+                  num_samples=chains)
+        if langevin_path(cfg)[0] == "fused":  # only then: the reference stages keep
+            hp["fused"] = True                # their identities
+        return "ml-mcmc", hp
     raise ValueError(f"method must be one of {list(METHODS)} (or ml-mcmc-L), "
                      f"got {method!r}")
+
+
+def langevin_path(cfg: Config) -> tuple[str, str]:
+    """("fused" or "reference", why) for ML-MCMC's chains on this backend: `langevin`
+    as set, or for "auto" the fused kernel on a GPU where it compiles there."""
+    if cfg.langevin != "auto":
+        return cfg.langevin, "as set (--config.langevin)"
+    backend = jax.default_backend()
+    if backend != "gpu":
+        return "reference", f"auto: the fused kernel is for a GPU, this backend is {backend}"
+    error = _fused_compile_error()
+    if error:
+        return "reference", f"auto: the fused kernel does not compile on this GPU ({error})"
+    return "fused", "auto: a GPU, where the fused kernel compiles"
+
+
+@functools.cache
+def _fused_compile_error() -> str | None:
+    """None where the fused chain compiles and runs on the default device (a tiny
+    chain, once per process), else the first line of why not."""
+    import jax.numpy as jnp
+
+    from ebm_jax.energy.langevin_fused import fused_langevin_chains
+    from ebm_jax.models import ToyEnergyMLP
+    from flax import nnx
+
+    try:
+        weights = ToyEnergyMLP(rngs=nnx.Rngs(0)).chain_weights()
+        out = fused_langevin_chains(weights, jnp.zeros((1, 1)), jnp.zeros((1, 8)),
+                                    jnp.zeros((2, 1, 8)), step_size=0.1)
+        jax.block_until_ready(out)
+    except Exception as e:  # noqa: BLE001 - any failure means: use the reference chain
+        return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,8 +325,9 @@ def check(cfg: Config, ctx: RunContext) -> None:
 def _runtime(job: Job) -> tuple[str, ...]:
     """The hyperparameters of `job` given to its loss at run time (those that differ
     between the datasets of a method), so that both datasets share one compiled step."""
+    fused = job.hyperparameters.get("fused", False)  # the fused chain compiles its L
     return tuple(k for k in RUNTIME_HYPERPARAMETERS.get(job.loss, ())
-                 if k in job.hyperparameters)
+                 if k in job.hyperparameters and not (fused and k == "num_steps"))
 
 
 def _step_key(job: Job) -> str:
@@ -373,6 +424,11 @@ def run(cfg: Config, ctx: RunContext) -> Report:
     data = {d: toy1d.sample(ctx.key(f"toy1d-d{d}", "data"), d, cfg.num_train)
             for d in cfg.datasets}
     records, densities, stage_seconds, steps = [], {}, {}, {}
+    langevin = None
+    if any(mcmc_steps(m) for m in cfg.methods):
+        path, why = langevin_path(cfg)
+        langevin = {"path": path, "why": why}
+        ctx.log(f"ML-MCMC's Langevin chains: {path} ({why})")
     for job in plan(cfg):
         record, density, seconds = _train_and_score(cfg, ctx, job, data[job.dataset],
                                                     steps)
@@ -391,14 +447,17 @@ def run(cfg: Config, ctx: RunContext) -> Report:
                     + "; datasets " + ", ".join(map(str, cfg.datasets)) + " averaged.\n\n"
                     + rep.figure2_markdown(records))
         figures = {"figure2_kl_against_m.png": lambda: rep.plot_kl_against_m(records)}
-        return Report({"tables": {"figure2": records}, "stage_seconds": stage_seconds},
-                      markdown + "\n", figures)
+        return Report({"tables": {"figure2": records}, "stage_seconds": stage_seconds,
+                       "langevin": langevin}, markdown + "\n", figures)
     reference_kl = dict(cfg.reference_kl)
     reference_spe = dict(cfg.reference_seconds_per_epoch)
     here = (f"M = {cfg.num_samples}, ML-MCMC {cfg.mcmc_samples} chains, "
             f"{jax.devices()[0].platform.upper()}")
+    chains = "" if langevin is None else (
+        f" ML-MCMC's chains: {'the fused kernel' if langevin['path'] == 'fused' else 'the '
+        'reference lax.scan chain'} ({langevin['why']}).")
     markdown = ("# Table 1: 1D regression, D_KL to the ground truth\n\n" + settings
-                + f"; M = {cfg.num_samples}, ML-MCMC with {cfg.mcmc_samples} chains. "
+                + f"; M = {cfg.num_samples}, ML-MCMC with {cfg.mcmc_samples} chains.{chains} "
                 "Paper D_KL: the two datasets averaged. The two timing columns are at "
                 f"different settings, so their ratio is no speed-up: s/epoch/model here at "
                 f"{here}; paper s/epoch at {PAPER_TIMING_SETTING}.\n\n"
@@ -412,7 +471,7 @@ def run(cfg: Config, ctx: RunContext) -> Report:
                 d, toy1d.ground_truth_grid(d, plot_grid, plot_grid), panels))
     payload = {"tables": {"table1": records},
                "reference": {"kl": reference_kl, "seconds_per_epoch": reference_spe},
-               "stage_seconds": stage_seconds}
+               "stage_seconds": stage_seconds, "langevin": langevin}
     return Report(payload, markdown + "\n", figures)
 
 

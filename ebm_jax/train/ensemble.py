@@ -79,11 +79,20 @@ def energy_many_fn(graphdef) -> Callable:
     return many
 
 
+def _chain_weights(graphdef, params) -> dict:
+    """The fused Langevin chain's arrays of the network (`ToyEnergyMLP.chain_weights`)."""
+    return nnx.merge(graphdef, params).chain_weights()
+
+
 def bind_energy(graphdef, params) -> BatchedEnergy:
-    """The energy of one model with `params` for the losses of `ebm_jax.energy`: f(x, y)
-    and its batched form over the targets of one example (`BatchedEnergy`)."""
+    """The energy of one model with `params` for the losses of `ebm_jax.energy`: f(x, y),
+    its batched form over the targets of one example, and the fused chain's arrays where
+    the network gives them (`BatchedEnergy`)."""
+    has = hasattr(type(nnx.merge(graphdef, params)), "chain_weights")  # at tracing
     return BatchedEnergy(partial(energy_fn(graphdef), params),
-                         partial(energy_many_fn(graphdef), params))
+                         partial(energy_many_fn(graphdef), params),
+                         chain_weights=partial(_chain_weights, graphdef, params) if has
+                         else None)
 
 
 def make_ensemble_loss(graphdef, loss: Callable) -> Callable:

@@ -199,6 +199,7 @@ def test_stage_identity_holds_what_the_result_depends_on(tmp_path):
     (["nce_sigmas=0.1,0"], "--config.nce_sigmas must be two finite numbers > 0"),
     (["nce_plus_beta_scale=var"], "--config.nce_plus_beta_scale must be one of"),
     (["seed=-1"], "--config.seed must be an integer in"),
+    (["langevin=fast"], r"--config.langevin must be one of \['auto', 'fused', 'reference'\]"),
 ])
 def test_bad_config_is_refused(overrides, match):
     with pytest.raises(ConfigError, match=match):
@@ -295,3 +296,37 @@ def test_ml_mcmc_of_every_chain_length_shares_one_training_step(tmp_path):
     recs = payload["tables"]["table1"]
     assert [r["hyperparameters"]["num_steps"] for r in recs] == [1, 3]
     assert recs[0]["final_loss"] != recs[1]["final_loss"]
+
+
+def test_ml_mcmc_through_the_fused_chain_trains_as_the_reference_chain(tmp_path):
+    """--config.langevin=fused trains ML-MCMC with the fused Pallas kernel (interpret
+    mode on a CPU): the same noise, so the same losses and D_KL to float32 rounding; the
+    stage is another one (its identity records the kernel), the run says which chain it
+    used, and "auto" on a CPU takes the reference chain, keeping the reference's stage.
+    """
+    from ebm_jax.recipes.regression1d import langevin_path, plan
+    from ebm_jax.train.stages import RunContext
+
+    args = ["--config.methods=ml-mcmc-2", "--config.datasets=1"]
+    logs = []
+    run = lambda out, extra: run_experiment(
+        load_config(f"{TABLE1}:tiny", args + extra), workdir=tmp_path / "w",
+        out=tmp_path / out, progress=False, log=logs.append)
+    run("fused", ["--config.langevin=fused"])
+    run("auto", [])
+    fused, auto = (json.loads((tmp_path / o / "results.json").read_text())
+                   for o in ("fused", "auto"))
+    assert fused["langevin"] == {"path": "fused", "why": "as set (--config.langevin)"}
+    assert auto["langevin"]["path"] == "reference"
+    assert "this backend is cpu" in auto["langevin"]["why"]
+    assert any(line.startswith("ML-MCMC's Langevin chains: fused") for line in logs)
+    (a,), (b,) = fused["tables"]["table1"], auto["tables"]["table1"]
+    assert a["hyperparameters"].get("fused") is True and "fused" not in b["hyperparameters"]
+    # 2 epochs of 4 steps, float32: the paths may round apart in the last bits only
+    assert a["final_loss"] == pytest.approx(b["final_loss"], rel=1e-4, abs=1e-5)
+    assert a["kl_all"] == pytest.approx(b["kl_all"], rel=1e-3, abs=1e-5)
+    ctx = RunContext(tmp_path / "w", lock=False)
+    dirs = lambda *o: [j.stage.dir(ctx).name for j in plan(
+        load_config(f"{TABLE1}:tiny", args + list(o)))]
+    assert dirs("--config.langevin=fused") != dirs() == dirs("--config.langevin=reference")
+    assert langevin_path(load_config(f"{TABLE1}:tiny"))[0] == "reference"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The EBM regression paper's Table 1 whole on one GPU (`table1_toy1d:paper`: all nine
+# methods, 20 models x 75 epochs, both datasets), ML-MCMC's chains through the fused
+# Pallas kernel (`--config.langevin=auto` takes it on a GPU where it compiles; the run's
+# log says which), after the fused and the reference chains side by side
+# (`benchmarks/langevin_chain.py`), and then, while time is left, ML-MCMC-256 again with
+# the reference chain for the same stages' seconds.
+#
+#     bash benchmarks/gpu_table1.sh OUT_DIR [SECONDS_TABLE] [SECONDS_REFERENCE]
+#
+# Each run stops at its limit (0 skips it); every line of a log carries the seconds
+# since that run started, and each stage's line its compile, train and eval seconds.
+# OUT_DIR receives the logs, langevin_chain.{json,md} and, for a run that finished,
+# its results.json and results.md. Run it from the repository root with the package
+# importable.
+set -u
+out=${1:?usage: gpu_table1.sh OUT_DIR [SECONDS_TABLE] [SECONDS_REFERENCE]}
+limit_table=${2:-420}
+limit_reference=${3:-0}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
+nvidia-smi -L 2>/dev/null || true
+
+"$python" benchmarks/langevin_chain.py --steps 256 --examples 128 --out "$out" |
+    tail -n 12
+
+stamped() {  # stamped LOG LIMIT COMMAND...: the command's output, each line timed
+    local log=$1 limit=$2
+    shift 2
+    local start
+    start=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout "$limit" "$@" 2>&1 |
+        while IFS= read -r line; do
+            printf '%5d s  %s\n' "$(( $(date +%s) - start ))" "$line"
+        done > "$log"
+    echo "rc ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s (limit $limit s)" >> "$log"
+    tail -n 4 "$log"
+}
+
+if [ "$limit_table" -gt 0 ]; then
+    stamped "$out/table1_paper.log" "$limit_table" "$python" -m ebm_jax.cli run \
+        experiments/ebm_regression/table1_toy1d.py:paper --workdir "$work/runs" \
+        --out "$work/table1" --no-progress \
+        --config.methods=ml-is,ml-mcmc-1,ml-mcmc-16,kld-is,nce,sm,dsm,nce+,ml-mcmc-256
+    for f in results.json results.md; do
+        [ -f "$work/table1/$f" ] && cp "$work/table1/$f" "$out/table1_paper_$f"
+    done
+fi
+if [ "$limit_reference" -gt 0 ]; then
+    stamped "$out/ml_mcmc_256_reference.log" "$limit_reference" "$python" -m ebm_jax.cli \
+        run experiments/ebm_regression/table1_toy1d.py:paper --workdir "$work/runs" \
+        --out "$work/reference" --no-progress --config.methods=ml-mcmc-256 \
+        --config.langevin=reference
+fi
+exit 0
