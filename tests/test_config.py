@@ -241,3 +241,24 @@ def test_a_field_holding_settings_takes_dotted_overrides():
         apply_overrides(Outer(), ["inner.steps=0"])
     with pytest.raises(ConfigError, match=r"--config.name.x: name is not a group"):
         apply_overrides(Outer(), ["name.x=1"])
+
+
+def test_a_field_added_at_its_old_behaviour_stays_out_of_the_identity():
+    """A field added later with ADDED_FIELD: at its default the identity is what it was
+    without the field (stored results stay fresh); any other value is another identity."""
+    import dataclasses
+
+    from ebm_jax.config import ADDED_FIELD, config_identity
+
+    @dataclasses.dataclass(frozen=True)
+    class Before:
+        steps: int = 10
+
+    @dataclasses.dataclass(frozen=True)
+    class After:
+        steps: int = 10
+        chain: str = dataclasses.field(default="auto", metadata=ADDED_FIELD)
+
+    assert config_identity(After()) == config_identity(Before())
+    assert config_identity(After(chain="fused")) != config_identity(Before())
+    assert config_identity(After(steps=11)) == config_identity(Before(steps=11))
