@@ -87,6 +87,10 @@ def config_name(path: str | Path) -> str:
         return str(path)
 
 
+# `matmul_precision` of the configs whose results depend on it on a GPU or TPU
+# (`jax.default_matmul_precision`; the runner applies it around the whole run)
+MATMUL_PRECISIONS = ("default", "high", "highest")
+
 # the metadata of a field added after results were stored, whose default keeps what runs
 # did before it: left out of the config's identity at its default, so that those results
 # stay fresh (`dataclasses.field(default=..., metadata=ADDED_FIELD)`)

@@ -400,3 +400,25 @@ def test_a_damaged_checkpoint_is_one_line_from_the_command(toy, tmp_path, monkey
                            timeout=120)
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr[-3000:]
         assert "checkpoints/10 cannot be read" in r.stderr
+
+
+def test_the_matmul_precision_holds_for_the_whole_run_and_its_stages(toy, tmp_path):
+    """--config.matmul_precision away from "default" is set around the whole run (every
+    program traced under it), says so, and makes every stage its own; at "default" the
+    run and its stage directories are as without the setting (no stored run goes
+    stale)."""
+    import jax
+
+    from ebm_jax.config import config_identity
+
+    logs = []
+    run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, log=logs.append)
+    default = dict(toy.SEEN)
+    run_experiment(toy.Config(matmul_precision="highest"), workdir=tmp_path / "w",
+                   progress=False, log=logs.append)
+    assert default["precision"] is None and toy.SEEN["precision"] == "highest"
+    assert toy.SEEN["stage_dir"] != default["stage_dir"]
+    assert "float32 matmuls at precision 'highest' (--config.matmul_precision)" in logs
+    assert jax.config.jax_default_matmul_precision is None  # restored after the run
+    assert config_identity(toy.Config(matmul_precision="default")) != config_identity(
+        toy.Config(matmul_precision="high"))

@@ -32,7 +32,7 @@ import functools
 import numpy as np
 
 from ebm_jax import checks
-from ebm_jax.config import Checks, ConfigError
+from ebm_jax.config import ADDED_FIELD, MATMUL_PRECISIONS, Checks, ConfigError
 from ebm_jax.contrastive import check_queue_size
 from ebm_jax.data import images as image_data
 from ebm_jax.ops.augment import AUGMENTATIONS
@@ -64,6 +64,11 @@ class Config:
     """The defaults are the quick profile: a small ResNet-18 on 16x16 digits."""
 
     main: str = "moco"  # "moco" or "instdisc": the method of the main table
+    # the precision of float32 matrix products and convolutions on a GPU or TPU
+    # (`jax.default_matmul_precision`): "default" (the backend's fast passes, TF32 on
+    # NVIDIA GPUs), "high" or "highest" (full float32); a CPU computes float32 either
+    # way. Set otherwise, every stage of the run is its own (`RunContext.run_identity`)
+    matmul_precision: str = dataclasses.field(default="default", metadata=ADDED_FIELD)
     tables: tuple[str, ...] = ("main",)  # of TABLES
     data: str = "embedded"  # embedded, digits, opencv-digits, digits-on-photos, cifar10, folder
     # "test": train on the training split, score on the test split (the reported
@@ -122,6 +127,7 @@ class Config:
     def __post_init__(self):
         c = Checks(self)
         c.one_of("main", ("moco", "instdisc"))
+        c.one_of("matmul_precision", MATMUL_PRECISIONS)
         c.one_of("eval_split", ("test", "val"))
         if not self.knn_ks or not all(isinstance(k, int) and not isinstance(k, bool)
                                       and k >= 1 for k in self.knn_ks):

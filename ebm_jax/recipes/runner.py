@@ -104,9 +104,16 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
             writable_dir("--workdir", workdir)
         mesh = make_mesh(int(devices))
         count = getattr(recipe, "count_stages", None)  # "stage i of n", the run's ETA
+        precision = getattr(cfg, "matmul_precision", "default")
         ctx = RunContext(workdir, mesh=mesh, seed=getattr(cfg, "seed", 0),
                          restart=restart, progress=progress, writer=writer, log=log,
-                         planned_stages=None if count is None else count(cfg))
+                         planned_stages=None if count is None else count(cfg),
+                         run_identity={} if precision == "default" else {
+                             "matmul_precision": precision})
+        if precision != "default":  # every program of the run traced under it
+            held.enter_context(jax.default_matmul_precision(precision))
+            log(f"float32 matmuls at precision {precision!r} "
+                "(--config.matmul_precision)")
         started = time.time()
         code = provenance.git_state()  # the code as the run starts, not as it ends
         with ctx:  # the lock first: checks may write (a generated dataset)

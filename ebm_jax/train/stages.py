@@ -61,6 +61,10 @@ class RunContext:
     # the training stages the run will go through, where its recipe can count them
     # (`count_stages`): the progress says "stage i of n" and the run's ETA
     planned_stages: int | None = None
+    # settings of the whole run that every stage's result depends on but its recipe's
+    # identities do not hold (the matmul precision set away from its default): each
+    # stage directory's hash takes them, so stages made without them are not reused
+    run_identity: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         from ebm_jax.train.step import make_mesh
@@ -186,6 +190,8 @@ class RunContext:
         return os.fspath(self.workdir / "data" / "file-digests.json")
 
     def stage_dir(self, name: str, identity: Mapping) -> epath.Path:
+        if self.run_identity:
+            identity = {**identity, "run": dict(self.run_identity)}
         return self.workdir / f"{name}-{content_hash(identity, 8)}"
 
     def should_restart(self, stage_dir) -> bool:

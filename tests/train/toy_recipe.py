@@ -12,12 +12,13 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ebm_jax.config import Checks
+from ebm_jax.config import ADDED_FIELD, MATMUL_PRECISIONS, Checks
 from ebm_jax.report import Report, markdown_table
 from ebm_jax.train import create_train_state, make_train_step
 from ebm_jax.train.stages import TrainStage
 
 CALLS = {"compute": 0}
+SEEN = {}  # what the last run saw: its matmul precision, its stage's directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,9 +28,11 @@ class Config:
     die_at: int | None = None
     widths: tuple[int, ...] = (3,)
     seed: int = 0
+    matmul_precision: str = dataclasses.field(default="default", metadata=ADDED_FIELD)
 
     def __post_init__(self):
         c = Checks(self)
+        c.one_of("matmul_precision", MATMUL_PRECISIONS)
         c.int_range("num_steps", 1)
         c.positive("learning_rate")
         c.seed()
@@ -64,6 +67,8 @@ def run(cfg: Config, ctx) -> Report:
 
     state, figures = stage.run(ctx, state, step, batches)
     params = jax.device_get(state.params)
+    SEEN["precision"] = jax.config.jax_default_matmul_precision  # as the run traced
+    SEEN["stage_dir"] = stage.dir(ctx).name
 
     def evaluate():
         CALLS["compute"] += 1

@@ -33,7 +33,7 @@ import dataclasses
 import math
 
 from ebm_jax import checks
-from ebm_jax.config import Checks, ConfigError
+from ebm_jax.config import ADDED_FIELD, MATMUL_PRECISIONS, Checks, ConfigError
 from ebm_jax.models.tracking_backbones import BACKBONES
 from ebm_jax.recipes.tracking import stages as stages
 from ebm_jax.recipes.tracking.backbone_pretraining import MoCoPretraining
@@ -62,6 +62,11 @@ class Config:
     about 35-40 min on 2 CPU cores); config files start from `preset`."""
 
     train_data: str = "generated"  # "generated", or "got10k" (needs got10k_root)
+    # the precision of float32 matrix products and convolutions on a GPU or TPU
+    # (`jax.default_matmul_precision`): "default" (the backend's fast passes, TF32 on
+    # NVIDIA GPUs), "high" or "highest" (full float32); a CPU computes float32 either
+    # way. Set otherwise, every stage of the run is its own (`RunContext.run_identity`)
+    matmul_precision: str = dataclasses.field(default="default", metadata=ADDED_FIELD)
     data_root: str | None = None  # where the generated benchmark goes (default <workdir>/data)
     # how the generated splits are stored and read: "records" (ArrayRecord, written
     # once, pairs streamed through grain; `ebm_jax.data.tracking_records`) or "folders"
@@ -177,6 +182,7 @@ class Config:
     def __post_init__(self):
         c = Checks(self)
         c.one_of("train_data", ("generated", "got10k"))
+        c.one_of("matmul_precision", MATMUL_PRECISIONS)
         c.one_of("data_format", ("records", "folders"))
         if type(self) is Config:  # a recipe built on this Config checks its own table
             c.one_of("experiment", tuple(EXPERIMENTS))
