@@ -16,26 +16,14 @@
 set -u
 out=${1:?usage: gpu_precision.sh OUT_DIR [SECONDS_EACH]}
 limit=${2:-270}
-python=${PYTHON:-python3}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-"$python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
-nvidia-smi -L 2>/dev/null || true
+source benchmarks/gpu_lib.sh
+gpu_begin "$out"
 
 for precision in default highest; do
-    log="$out/moco_lst_$precision.log"
-    start=$(date +%s)
-    PYTHONUNBUFFERED=1 timeout "$limit" "$python" -m ebm_jax.cli run \
+    stamped "$out/moco_lst_$precision.log" "$limit" "$python" -m ebm_jax.cli run \
         experiments/tracking/socl_lst_validation.py:moco_lst --workdir "$work/runs" \
         --out "$work/$precision" --no-progress --config.seeds=0 \
-        --config.matmul_precision="$precision" 2>&1 |
-        while IFS= read -r line; do
-            printf '%5d s  %s\n' "$(( $(date +%s) - start ))" "$line"
-        done > "$log"
-    echo "rc ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s (limit $limit s)" >> "$log"
-    tail -n 3 "$log"
+        --config.matmul_precision="$precision"
     for f in results.json results.md; do
         [ -f "$work/$precision/$f" ] && cp "$work/$precision/$f" "$out/moco_lst_${precision}_$f"
     done

@@ -17,34 +17,19 @@ set -u
 out=${1:?usage: gpu_socl_quick.sh OUT_DIR [SECONDS_159] [SECONDS_455]}
 limit_159=${2:-300}
 limit_455=${3:-200}
-python=${PYTHON:-python3}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+source benchmarks/gpu_lib.sh
+gpu_begin "$out"
 common=(--config.init=moco --config.backbone=resnet18 --config.seeds=0
         --config.backbone_lr_scale=0.1 --config.num_train_sequences=160
         --config.annotate_every=8 --config.diagnostic_pairs=256
         --config.scene_group=4 --config.scene_path=true --no-progress)
 
-"$python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
-nvidia-smi -L 2>/dev/null || true
-echo "CPU cores: $(nproc)"
-
 for run in "159 $limit_159 0" "455 $limit_455 2"; do
     set -- $run
     [ "$2" -gt 0 ] || continue
-    log="$out/table1_$1.log"
-    start=$(date +%s)
-    # each line of the log stamped with the seconds since the run started
-    PYTHONUNBUFFERED=1 timeout "$2" "$python" -m ebm_jax.cli run \
+    stamped "$out/table1_$1.log" "$2" "$python" -m ebm_jax.cli run \
         experiments/tracking/socl_table1_ablation.py:quick --workdir "$work/runs" \
-        --out "$work/out_$1" "${common[@]}" --config.region_fields="$3" 2>&1 |
-        while IFS= read -r line; do
-            printf '%5d s  %s\n' "$(( $(date +%s) - start ))" "$line"
-        done > "$log"
-    rc=${PIPESTATUS[0]}
-    echo "rc $rc after $(( $(date +%s) - start )) s (limit $2 s)" >> "$log"
-    tail -n 3 "$log"
+        --out "$work/out_$1" "${common[@]}" --config.region_fields="$3"
     for f in results.json results.md; do
         [ -f "$work/out_$1/$f" ] && cp "$work/out_$1/$f" "$out/table1_$1_$f"
     done

@@ -17,29 +17,11 @@ set -u
 out=${1:?usage: gpu_table1.sh OUT_DIR [SECONDS_TABLE] [SECONDS_REFERENCE]}
 limit_table=${2:-420}
 limit_reference=${3:-0}
-python=${PYTHON:-python3}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-"$python" -c "import jax, flax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())"
-nvidia-smi -L 2>/dev/null || true
+source benchmarks/gpu_lib.sh
+gpu_begin "$out"
 
 "$python" benchmarks/langevin_chain.py --steps 256 --examples 128 --out "$out" |
     tail -n 12
-
-stamped() {  # stamped LOG LIMIT COMMAND...: the command's output, each line timed
-    local log=$1 limit=$2
-    shift 2
-    local start
-    start=$(date +%s)
-    PYTHONUNBUFFERED=1 timeout "$limit" "$@" 2>&1 |
-        while IFS= read -r line; do
-            printf '%5d s  %s\n' "$(( $(date +%s) - start ))" "$line"
-        done > "$log"
-    echo "rc ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s (limit $limit s)" >> "$log"
-    tail -n 4 "$log"
-}
 
 if [ "$limit_table" -gt 0 ]; then
     stamped "$out/table1_paper.log" "$limit_table" "$python" -m ebm_jax.cli run \

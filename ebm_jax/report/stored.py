@@ -63,15 +63,15 @@ _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
 # ------------------------------------------------------------------------- reading
 
 
-def read_results(folder: Path) -> dict:
-    path = folder / "results.json"
+def _read_json(path: Path, what: str, missing: str = "") -> dict:
+    """A results file's contents and its provenance (`provenance.read`); one
+    StoredError naming `path` where it is missing, unreadable or without provenance."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise StoredError(f"{path}: no such file (a stored run is a folder holding "
-                          "results.json and results.md)") from None
+        raise StoredError(f"{path}: no such file{missing}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StoredError(f"{path}: not a results file ({e})") from None
+        raise StoredError(f"{path}: not {what} ({e})") from None
     try:
         provenance.read(data, str(path))
     except ValueError as e:  # a run of before provenance was recorded
@@ -79,19 +79,15 @@ def read_results(folder: Path) -> dict:
     return data
 
 
+def read_results(folder: Path) -> dict:
+    return _read_json(folder / "results.json", "a results file",
+                      " (a stored run is a folder holding results.json and results.md)")
+
+
 def _read_benchmark(path: Path) -> dict:
     """A benchmark's report (`benchmarks/*.py --out DIR` writes DIR/<stem>.json)."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise StoredError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise StoredError(f"{path}: not a benchmark's report ({e})") from None
-    try:
-        p = provenance.read(data, str(path))
-    except ValueError as e:
-        raise StoredError(str(e)) from None
-    if "benchmark" not in p:
+    data = _read_json(path, "a benchmark's report")
+    if "benchmark" not in data["ebm_jax"]["provenance"]:
         raise StoredError(f"{path}: a run's results, not a benchmark's report; store its "
                           "folder")
     if not path.with_suffix(".md").is_file():
