@@ -16,9 +16,10 @@ from ebm_jax.report.tracking import (LABELS, PAPER_TABLE4_COLUMNS, SHORT, _score
 
 def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[str]:
     """What the table supports about the paper's two claims (the box head beats scale
-    search by a wide margin; how the losses order), each stated only where the
-    difference exceeds 2 standard errors (over seeds and over sequences)."""
-    out = []
+    search by a wide margin; how the losses order): a line for each difference beyond 2
+    standard errors (over seeds and over sequences), then one line naming the pairs
+    that are not separated, and one the pairs of a single seed (no verdict)."""
+    out, within, one_seed = [], [], []
     for a, b in pairs:
         d = rows.get(f"{a} vs {b}")
         if d is None:
@@ -26,15 +27,16 @@ def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[s
         la, lb = LABELS.get(a, a), LABELS.get(b, b)
         what = ("SiamFC's scale search (Box-Siam)" if b == "box-siam" else lb)
         if d["se_seeds"] is None:
-            out.append(f"- {la} against {what}: one seed, no verdict.")
-            continue
-        if not d["real"]:
-            rel = "is not separated from"
+            one_seed.append(f"{la} and {what}")
+        elif not d["real"]:
+            within.append(f"{la} and {what}")
         else:
             rel = "is above" if d["mean"] > 0 else "is below"
-        out.append(f"- {la} {rel} {what}"
-                   + (f" by {100 * abs(d['mean']):.1f} AUC points" if d["real"] else
-                      " (within 2 standard errors)") + ".")
+            out.append(f"- {la} {rel} {what} by {100 * abs(d['mean']):.1f} AUC points.")
+    if within:
+        out.append(f"- Not separated (within 2 standard errors): {'; '.join(within)}.")
+    if one_seed:
+        out.append(f"- One seed, no verdict: {'; '.join(one_seed)}.")
     return out
 
 
