@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from ebm_jax.report.statistics import mean_sd, paired_difference
 from ebm_jax.report.tables import markdown_table
 from ebm_jax.report.tracking import (LABELS, PAPER_TABLE4_COLUMNS, SHORT, _scores_table,
-                                     paired_line)
+                                     paired_table)
 
 
 def box_head_verdicts(rows: Mapping, pairs: Sequence[tuple[str, str]]) -> list[str]:
@@ -130,8 +130,7 @@ def box_head_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]],
         elif present:
             parts.append("Paired differences (a - b, AUC points; standard errors over "
                          "the seeds and over the test sequences):\n\n"
-                         + "\n".join(paired_line(a, b, rows[f"{a} vs {b}"])
-                                      for a, b in present) + "\n")
+                         + paired_table(present, rows))
             parts.append("What holds here (only differences beyond 2 standard errors "
                          "are claimed):\n\n"
                          + "\n".join(box_head_verdicts(rows, pairs)) + "\n")

@@ -71,10 +71,15 @@ def report_markdown(summary: Mapping, pairs: Sequence[tuple[str, str]], *, title
     for set_name, rows in summary.items():
         parts.append(_scores_table(set_name, rows, compared, spread))
         lines = []
+        several = [(a, b) for a, b in pairs  # two or more seeds: both errors, a table
+                   if (rows.get(f"{a} vs {b}") or {}).get("se_seeds") is not None]
+        if several:
+            parts.append("Paired differences (AUC points):\n\n"
+                         + paired_table(several, rows))
         for a, b in pairs:
             d = rows.get(f"{a} vs {b}")
-            if d and d.get("se_seeds") is not None:  # two or more seeds: both errors
-                lines.append(paired_line(a, b, d))
+            if d and d.get("se_seeds") is not None:
+                continue
             elif d and d.get("se") is not None:
                 z = d["mean"] / d["se"] if d["se"] > 0 else float("inf")
                 verdict = ("a difference beyond 2 standard errors" if abs(z) > 2
@@ -108,18 +113,24 @@ def _se(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
-def paired_line(a: str, b: str, d: Mapping) -> str:
-    """One paired difference in AUC (`statistics.paired_seeds_and_sequences`) with both
-    standard errors and its verdict: a difference only beyond twice the larger."""
-    if d["se_seeds"] is None:
-        verdict = "one seed: no standard error over seeds, so no verdict"
-    elif d["real"]:
-        verdict = "beyond 2 standard errors (both)"
-    else:
-        verdict = "not beyond 2 standard errors"
-    return (f"- {SHORT.get(a, LABELS.get(a, a))} - {LABELS.get(b, b)}: AUC "
-            f"{100 * d['mean']:+.1f} (se {_se(d['se_seeds'])} over {len(d['seeds'])} "
-            f"seeds, {_se(d['se_sequences'])} over sequences): {verdict}.")
+def paired_table(pairs: Sequence[tuple[str, str]], rows: Mapping) -> str:
+    """The paired differences in AUC of `pairs` (a, b) found in `rows`
+    (`statistics.paired_seeds_and_sequences`), a row each: a - b, both standard errors,
+    and whether it is a difference (beyond twice the larger of them)."""
+    body = []
+    for a, b in pairs:
+        d = rows.get(f"{a} vs {b}")
+        if d is None:
+            continue
+        verdict = ("one seed: no verdict" if d["se_seeds"] is None
+                   else "**yes**" if d["real"] else "no")
+        body.append([f"{SHORT.get(a, LABELS.get(a, a))} - {LABELS.get(b, b)}",
+                     f"{100 * d['mean']:+.1f}", _se(d["se_seeds"]),
+                     _se(d["se_sequences"]), verdict])
+    seeds = next((len(rows[f"{a} vs {b}"]["seeds"]) for a, b in pairs
+                  if f"{a} vs {b}" in rows), 0)
+    return markdown_table(["a - b", "AUC", f"se over {seeds} seeds", "se over sequences",
+                           "beyond 2 se (both)"], body, align="lrrrl")
 
 
 # the config fields that fix a tracking run's test data: two runs compare only where

@@ -105,8 +105,10 @@ def test_verdicts_only_beyond_two_standard_errors():
     assert lines[2] == ("- Not separated (within 2 standard errors): box head, NCE+ and "
                         "box head, KLD-IS.")
     assert lines[3].startswith("- One seed, no verdict: ") and len(lines) == 4
-    text = report.paired_line("box-head-nce+", "box-siam", rows["box-head-nce+ vs box-siam"])
-    assert "+10.0 (se 2.0 over 3 seeds, 3.0 over sequences): beyond 2" in text
+    text = report.paired_table(pairs, rows)
+    assert "| box head, NCE+ - Box-Siam (SiamFC on boxes) | +10.0 | 2.0 | 3.0 | **yes** |" \
+        in text
+    assert "| -5.0 | 1.0 | 3.0 | no |" in text and "| - | 1.0 | one seed: no verdict |" in text
 
 
 @pytest.mark.parametrize("override, setting", [
@@ -235,7 +237,7 @@ def test_report_has_paper_table_validation_choice_and_both_standard_errors():
     assert "| box head, NCE+ | 50.0 +- 1.0 |" in md
     assert "| steps x1 | 45.0 |" in md and "| steps x2 | 55.0 * |" in md
     assert "| TrackingNet | 78.1 | 77.1 | 78.7 |" in md and "different scale" in md
-    assert "se 2.0 over 3 seeds, 3.0 over sequences" in md
+    assert "| se over 3 seeds | se over sequences |" in md and "| 2.0 | 3.0 |" in md
     assert "NCE+ > KLD-IS > NCE" in md  # the paper's order, from the config's note
     assert "box head, NCE+ vs box-siam" not in md  # pairs are not rows of the table
     # the refinement probe: the control row, a head that raises IoU beyond 2 se (+11.0,
