@@ -7,22 +7,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import TYPE_CHECKING
-
 import jax
 
 from ebm_jax.data import toy1d
 from ebm_jax.energy.methods import mcmc_steps
 from ebm_jax.train.stages import TrainStage
 
-if TYPE_CHECKING:
-    from ebm_jax.recipes.regression1d import Config
-
+# `cfg` below is a `ebm_jax.recipes.regression1d.Config` (not imported: that module
+# imports this one)
 METHODS = ("ml-is", "ml-mcmc-1", "ml-mcmc-16", "ml-mcmc-256", "kld-is", "nce", "sm",
            "dsm", "nce+")  # Table 1's order; any ml-mcmc-L (L >= 1) is accepted
 
 
-def method_loss(cfg: Config, method: str, dataset: int,
+def method_loss(cfg: "Config", method: str, dataset: int,
                 num_samples: int | None = None) -> tuple[str, dict]:
     """(loss name for `make_loss`, hyperparameters) of a Table 1 method on a dataset;
     `num_samples` replaces the config's M (Figure 2)."""
@@ -54,7 +51,7 @@ def method_loss(cfg: Config, method: str, dataset: int,
                      f"got {method!r}")
 
 
-def langevin_path(cfg: Config) -> tuple[str, str]:
+def langevin_path(cfg: "Config") -> tuple[str, str]:
     """("fused" or "reference", why) for ML-MCMC's chains on this backend: `langevin`
     as set, or for "auto" the fused kernel on a GPU where it compiles there."""
     if cfg.langevin != "auto":
@@ -109,7 +106,7 @@ class Job:
         return f"{self.method}-d{self.dataset}"
 
 
-def plan(cfg: Config) -> list[Job]:
+def plan(cfg: "Config") -> list[Job]:
     """Every stage of the run, in the order they train."""
     steps = math.ceil(cfg.num_train / cfg.batch_size)
     jobs = []
