@@ -92,7 +92,7 @@ def test_the_within_scene_columns_appear_only_with_scene_groups():
 def test_the_scores_and_the_diagnostics_are_parts_a_page_can_include():
     """The table and its paired differences under "Scores", what says why under
     "Diagnostics" (where there is any), so that a page includes the scores alone."""
-    from ebm_jax.report.stored import _sections
+    from ebm_jax.report.stored_runs import _sections
 
     cfg = load_config(f"{CONFIG}:tiny")
     arms = recipe.arms_of(cfg)
