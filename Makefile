@@ -32,8 +32,10 @@ $(STAMP): pyproject.toml
 run: check-venv $(STAMP)
 	$(VENV)/bin/ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick --out results/table1_toy1d/quick
 
+# PYTEST_FLAGS: more pytest options, e.g. `make test PYTEST_FLAGS="--durations=50 -x"`
+PYTEST_FLAGS ?=
 test: check-venv $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q --durations=10 $(PYTEST_FLAGS)
 
 test-slow: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 -q -m slow

@@ -97,6 +97,20 @@ MATMUL_PRECISIONS = ("default", "high", "highest")
 ADDED_FIELD = {"identity": "omitted at its default"}
 
 
+def config_from_preset(config_type, presets: dict, variant: str, fields: dict,
+                       per_variant: dict):
+    """A config file's variant from named presets: `config_type` with the preset
+    `variant`, then `fields`, then the fields `per_variant[variant]`; a ConfigError
+    names the variants for an unknown one."""
+    if variant not in presets:
+        raise ConfigError(f"variant must be one of {list(presets)}, got {variant!r}")
+    unknown = sorted(set(per_variant) - set(presets))
+    if unknown:
+        raise ConfigError(f"per-variant fields of {unknown}: the variants are "
+                          f"{list(presets)}")
+    return config_type(**{**presets[variant], **fields, **(per_variant.get(variant) or {})})
+
+
 def config_identity(cfg) -> str:
     """The identity of a resolved config: 16 hex digits of the hash of all its fields
     (`ebm_jax.io.content_hash` of `dataclasses.asdict`), but a field marked

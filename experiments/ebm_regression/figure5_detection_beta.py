@@ -11,40 +11,14 @@ the tests), paper (the paper's head and schedule on COCO: needs
 """
 
 from ebm_jax.recipes.detection import Config
+from ebm_jax.recipes.detection_presets import detection_config
 
 VARIANTS = ("quick", "tiny", "paper")  # the first is the default
 
-# The methods' hyperparameters (sec. 4.2): one sigma for the four coordinates of the
-# relative box space (cx/w0, cy/h0, log w, log h); M = num_samples = 128.
-HYPERPARAMETERS = dict(
-    is_sigmas=(0.0375, 0.075, 0.15),
-    kld_label_sigma=0.0225,
-    mcmc_step_size=1e-5,
-    nce_sigmas=(0.075, 0.15, 0.3),
-    nce_plus_beta=0.1,
-    dsm_sigma=0.075,
-    # refinement step lengths (loss, l_c for cx and cy, l_s for log w and log h)
-    step_lengths=(("nce+", 8e-4, 3.2e-3), ("ml-is", 4e-4, 1.6e-3),
-                  ("kld-is", 4e-4, 1.6e-3), ("nce", 4e-4, 1.6e-3),
-                  ("dsm", 2.5e-5, 1e-4), ("ml-mcmc", 2.5e-5, 1e-4)),
-)
-
+# The methods' hyperparameters (sec. 4.2; M = num_samples = 128) are the Config's
+# defaults; each variant's sizes come from `ebm_jax.recipes.detection_presets`.
 
 def get_config(variant: str) -> Config:
-    common = dict(tables=("beta",), betas=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5),
-                  **HYPERPARAMETERS)
-    if variant == "quick":
-        return Config(name="quick", grad_clip=5.0, **common)
-    if variant == "tiny":
-        return Config(name="tiny", num_train=8, num_val=4, image_size=64, num_classes=2,
-                      max_objects=2, min_size=8, widths=(8,), channels=8,
-                      backbone_steps=2, backbone_batch=4, hidden=16, pool_size=3,
-                      canonical_size=48.0, head_steps=2, boxes_per_batch=4, warmup_steps=1,
-                      num_samples=4, refine_steps=2, **{**common, "betas": (0.1,)})
-    if variant == "paper":
-        return Config(name="paper", data="coco", image_size=800, widths=(64, 128, 256, 512),
-                      channels=256, backbone_steps=90000, backbone_batch=16,
-                      backbone_lr=1e-3, hidden=1024, pool_size=7, canonical_size=224.0,
-                      head_steps=60000, boxes_per_batch=128, learning_rate=1e-3,
-                      warmup_steps=500, **common)
-    raise ValueError(f"unknown variant {variant!r}")
+    return detection_config(
+        variant, dict(tables=("beta",), betas=(0.025, 0.05, 0.1, 0.2, 0.3, 0.5)),
+        {"tiny": dict(betas=(0.1,))})

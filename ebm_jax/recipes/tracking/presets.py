@@ -5,7 +5,7 @@ sizes from here, so that they cannot drift apart. "quick" is the Config defaults
 
 from __future__ import annotations
 
-from ebm_jax.config import ConfigError
+from ebm_jax.config import config_from_preset  # noqa: F401 (re-exported)
 from ebm_jax.recipes.tracking.backbone_pretraining import MoCoPretraining
 
 # the MoCo stage of `--config.init=moco` on a tiny variant: seconds, as the rest of it
@@ -22,21 +22,6 @@ PRESETS = {
                  strip_sequences=1, strip_frames=3),
     "paper": PAPER_DATA,
 }
-
-
-def config_from_preset(config_type, presets: dict, variant: str, fields: dict,
-                       per_variant: dict):
-    """`config_type` with the preset `variant`, then `fields`, then the fields
-    `per_variant[variant]`; a ConfigError names the variants for an unknown one."""
-    if variant not in presets:
-        raise ConfigError(f"variant must be one of {list(presets)}, got {variant!r}")
-    unknown = sorted(set(per_variant) - set(presets))
-    if unknown:
-        raise ConfigError(f"per-variant fields of {unknown}: the variants are "
-                          f"{list(presets)}")
-    return config_type(**{**presets[variant], **fields, **(per_variant.get(variant) or {})})
-
-
 
 
 __all__ = ["PAPER_DATA", "PRESETS", "TINY_DATA", "TINY_MOCO", "config_from_preset"]
