@@ -32,10 +32,12 @@ $(STAMP): pyproject.toml
 run: check-venv $(STAMP)
 	$(VENV)/bin/ebm-jax run experiments/ebm_regression/table1_toy1d.py:quick --out results/table1_toy1d/quick
 
+# A test file's tests run on one worker (--dist loadfile), so that its module-scoped
+# fixtures (tiny training runs) are built once, not once per worker.
 # PYTEST_FLAGS: more pytest options, e.g. `make test PYTEST_FLAGS="--durations=50 -x"`
 PYTEST_FLAGS ?=
 test: check-venv $(STAMP)
-	$(PY) -m pytest -n 2 -q --durations=10 $(PYTEST_FLAGS)
+	$(PY) -m pytest -n 2 --dist loadfile -q --durations=10 $(PYTEST_FLAGS)
 
 test-slow: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 -q -m slow
