@@ -12,29 +12,15 @@ needs --config.data_root=<folder of cifar-10-batches-py> and a GPU).
 """
 
 from ebm_jax.recipes.contrastive import Config
+from ebm_jax.recipes.contrastive_presets import contrastive_config
 
-# quick: digits on photos (MNIST-M style), three seeds; the augmentation was chosen
-# on the val split (--config.eval_split=val, seed 0: see the README)
-QUICK = dict(data="digits-on-photos", augment="digits-color", seeds=(0, 1, 2))
-
+# each variant's sizes: `ebm_jax.recipes.contrastive_presets` (quick: digits on photos,
+# three seeds, the augmentation chosen on the val split: moco_linear_eval:val*)
 VARIANTS = ("quick", "tiny", "cifar")
 
 TABLES = ("queue",)
 
 
 def get_config(variant: str) -> Config:
-    if variant == "tiny":
-        return Config(
-            main="moco", tables=TABLES, data="digits", num_train=96, num_test=40,
-            arch="resnet4", image_size=8, width=4, dim=8, batch_size=32, epochs=1, queue_size=64,
-            instdisc_noise=16, linear_epochs=3, knn_ks=(5, 10), few_labels=2, plot="none",
-            momentum_values=(0.0, 0.99), queue_values=(32, 64))
-    if variant == "cifar":
-        return Config(
-            main="moco", tables=TABLES, data="cifar10", image_size=32, width=64,
-            dim=128, batch_size=512, epochs=200, learning_rate=0.06, weight_decay=5e-4,
-            temperature=0.1, momentum=0.99, queue_size=4096, num_splits=8,
-            augment="cifar", instdisc_noise=4096, bank_init="random", few_labels=100,
-            momentum_values=(0.0, 0.9, 0.99, 0.999), queue_values=(512, 4096, 16384),
-            plot="none")
-    return Config(**QUICK, queue_values=(64, 1024), main="moco", tables=TABLES, plot="none")
+    return contrastive_config(variant, dict(main="moco", tables=TABLES, plot="none"),
+                              {"quick": dict(queue_values=(64, 1024))})
