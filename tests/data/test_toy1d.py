@@ -25,21 +25,35 @@ def test_density_matches_scipy():
     np.testing.assert_allclose(toy1d.density(2, 0.5, y), norm.pdf(y, np.sin(0.5), s))
 
 
+def _cdf(dataset: int, x, y):
+    """P(Y <= y | x) of the two 1D sets, from scipy's distributions (whose densities
+    `test_density_matches_scipy` checks `toy1d.density` against)."""
+    if dataset == 1:
+        mix = 0.8 * norm.cdf(y, np.sin(x), 0.075) + 0.2 * norm.cdf(y, -np.sin(x), 0.075)
+        return np.where(x < 0, mix, lognorm.cdf(y + 1, s=0.25))
+    return norm.cdf(y, np.sin(x), 0.15 / (1 + np.exp(-x)))
+
+
+@pytest.mark.parametrize("dataset", [1, 2])
+def test_the_cdf_is_the_densitys_integral(dataset):
+    y = np.linspace(-3, 3, 60001)
+    for x in (-2.5, -0.3, 0.0, 0.7, 2.9):
+        cdf = np.concatenate([[0.0], np.cumsum(np.diff(y) * 0.5 * (
+            toy1d.density(dataset, x, y)[1:] + toy1d.density(dataset, x, y)[:-1]))])
+        np.testing.assert_allclose(cdf, _cdf(dataset, x, y), atol=1e-4)
+
+
 @pytest.mark.parametrize("dataset", [1, 2])
 def test_samples_follow_the_density(dataset):
-    x, y = toy1d.sample(jax.random.key(0), dataset, 100_000)
-    assert x.shape == y.shape == (100_000, 1) and x.dtype == y.dtype == jnp.float32
-    x, y = np.asarray(x[:, 0]), np.asarray(y[:, 0])
+    n = 100_000
+    x, y = toy1d.sample(jax.random.key(0), dataset, n)
+    assert x.shape == y.shape == (n, 1) and x.dtype == y.dtype == jnp.float32
+    x, y = np.asarray(x[:, 0], np.float64), np.asarray(y[:, 0], np.float64)
     assert x.min() >= -3 and x.max() <= 3
-    # probability integral transform: P(Y <= y | x) must be uniform
-    grid = np.linspace(-3, 3, 6001)
-    u = np.empty_like(y)
-    for i in range(0, y.size, 5000):
-        dens = toy1d.density(dataset, x[i:i + 5000, None], grid[None, :])
-        cdf = np.cumsum(dens, 1) * (grid[1] - grid[0])
-        u[i:i + 5000] = [np.interp(v, grid, c) for v, c in zip(y[i:i + 5000], cdf)]
-    hist, _ = np.histogram(u, bins=10, range=(0, 1))
-    np.testing.assert_allclose(hist / y.size, 0.1, atol=0.006)
+    # probability integral transform: P(Y <= y | x) must be uniform; a bin's fraction
+    # has sd sqrt(0.1 * 0.9 / n) = 0.00095, and 0.006 is over 6 of them
+    hist, _ = np.histogram(_cdf(dataset, x, y), bins=10, range=(0, 1))
+    np.testing.assert_allclose(hist / n, 0.1, atol=0.006)
 
 
 def test_kl_of_ground_truth_is_zero_and_positive_otherwise():

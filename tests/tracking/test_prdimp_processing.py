@@ -180,7 +180,8 @@ def test_candidate_step_lengths_give_what_each_would_alone(sequences):
     backbone = SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0))
     settings = BoxHeadSettings(processing="prdimp", width=8, hidden=16)
     net = BoxHeadNet(backbone, build_box_head(backbone, settings, jax.random.key(0)))
-    cands = [[2.5e-3] * 4, [1e-2, 1e-2, 2.5e-3, 2.5e-3], [5e-2] * 4]
+    # two candidates (one per-coordinate): each `alone` below is a probe of its own
+    cands = [[2.5e-3] * 4, [1e-2, 1e-2, 2.5e-3, 2.5e-3]]
     out = probe_box_head(net, sequences, settings, seed=0, num_batches=1, batch_size=4,
                          candidates=cands)
     for c, got in zip(cands, out["candidates"]):
