@@ -52,9 +52,9 @@ from ebm_jax.report import claims, provenance
 from ebm_jax.report.table_labels import (BLOCK_KINDS, REFERENCE, copy_block,  # noqa: F401
                                          unlabelled_tables)
 from ebm_jax.report.provenance import StoredError
-from ebm_jax.report.stored_runs import (RESULTS, _read_benchmark,  # noqa: F401
-                                        _sections, compare_block, read_results,
-                                        run_command, stored_block, stored_names)
+from ebm_jax.report.stored_runs import (RESULTS, compare_block, read_benchmark,
+                                        read_results, run_command, stored_block,
+                                        stored_names)
 
 _BLOCK = re.compile(
     rf"(?P<open><!-- (?P<kind>{BLOCK_KINDS}): "
@@ -208,7 +208,7 @@ def store(root: Path, run: Path, name: str | None = None,
     if run.suffix == ".json":  # a benchmark's <stem>.json and <stem>.md
         sources = {"results.json": run.name, "results.md": run.with_suffix(".md").name}
         run = run.parent
-        data = _read_benchmark(run / sources["results.json"])
+        data = read_benchmark(run / sources["results.json"])
     else:
         data = read_results(run)
     p = data["ebm_jax"]["provenance"]

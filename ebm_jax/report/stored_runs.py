@@ -45,7 +45,7 @@ def read_results(folder: Path) -> dict:
                       " (a stored run is a folder holding results.json and results.md)")
 
 
-def _read_benchmark(path: Path) -> dict:
+def read_benchmark(path: Path) -> dict:
     """A benchmark's report (`benchmarks/*.py --out DIR` writes DIR/<stem>.json)."""
     data = _read_json(path, "a benchmark's report")
     if "benchmark" not in data["ebm_jax"]["provenance"]:
