@@ -314,8 +314,8 @@ ONLINE_FAST = online.OnlineSettings(update_every=1, update_iter=10, hard_negativ
                                     keep_initial=0)
 
 
-def _look_alike_runs(online_settings, seeds=(0, 1, 2, 3)):
-    """SiamFC's and DiMP's distances (to the target, to the look-alike) in the frames
+def _look_alike_runs(online_settings, seeds=(0, 1, 2, 3), names=("siamfc", "dimp")):
+    """SiamFC's and DiMP's (`names`) distances (to the target, to the look-alike) in the frames
     where the look-alike is fully there, pooled over the sequences of `seeds`."""
     from ebm_jax.tracking.siamfc import SiamFCSettings, make_tracker
 
@@ -330,6 +330,8 @@ def _look_alike_runs(online_settings, seeds=(0, 1, 2, 3)):
     after = slice(22 + 4 - 1, None)  # frames 25-35 (index 0 is frame 1)
     out = {}
     for name, (tracker, params) in (("siamfc", siamfc), ("dimp", dimp_tracker)):
+        if name not in names:
+            continue
         runs = [_centre_distances(tracker, params, *_look_alike_video(seed))
                 for seed in seeds]
         out[name] = tuple(np.concatenate([r[k][after] for r in runs]) for k in (0, 1))
@@ -366,5 +368,5 @@ def test_without_online_updates_dimp_takes_the_look_alike_too():
     first frame (no updates, so a first-frame model like SiamFC's template) loses the
     target to the look-alike: the online learning is what keeps it."""
     fixed = ONLINE_FAST._replace(update_iter=0, hard_negative_iter=0)
-    d_target, d_look_alike = _look_alike_runs(fixed, seeds=(0, 1))["dimp"]
+    d_target, d_look_alike = _look_alike_runs(fixed, seeds=(0, 1), names=("dimp",))["dimp"]
     assert np.mean(d_target < d_look_alike) < 0.5, (d_target, d_look_alike)
