@@ -11,7 +11,7 @@ IS_312 := import sys; sys.exit(sys.version_info < (3, 12))
 PYTHON ?= $(shell for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12 python3.13 python3; do \
 	  "$$p" -c '$(IS_312)' >/dev/null 2>&1 && { echo "$$p"; break; }; done)
 
-.PHONY: run test test-slow bench clean check-venv
+.PHONY: run test test-heavy test-slow bench clean check-venv
 
 # A .venv of another Python (e.g. left by `make PYTHON=python3.11`) is rebuilt.
 check-venv:
@@ -38,6 +38,11 @@ run: check-venv $(STAMP)
 PYTEST_FLAGS ?=
 test: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile -q --durations=10 $(PYTEST_FLAGS)
+
+# the tests of a minute or more (tiny end-to-end runs, whole notebooks); CI runs them
+# after `make test`
+test-heavy: check-venv $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile -q --durations=10 -m 'heavy and not slow' $(PYTEST_FLAGS)
 
 test-slow: check-venv $(STAMP)
 	$(PY) -m pytest -n 2 -q -m slow

@@ -12,7 +12,8 @@ A block that cannot run as shown (it needs a file that is not in the repository,
 as a real dataset or downloaded weights) says so right before its fence, with
 `<!-- not-run: why -->`; it must be listed in NOT_RUN below and must still compile.
 Experiments run through Python outside the README, and every shell command, are marked
-slow (`make test-slow`); the other blocks run in `make test`.
+slow (`make test-slow`); the README's experiment runs in `make test-heavy` (and CI), the
+other blocks in `make test`.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ SHELL = [(b, c) for b in blocks("bash") if b.not_run is None
 
 def _params(items: list, blocks_of: list[Block]) -> list:
     return [pytest.param(item, id=f"{b.id}" + (f"#{i}" if b.lang == "bash" else ""),
-                         marks=[pytest.mark.slow] if _slow(b) else [])
+                         marks=[pytest.mark.slow] if _slow(b) else
+                         [pytest.mark.heavy] if "run_experiment(" in b.code else [])
             for i, (item, b) in enumerate(zip(items, blocks_of))]
 
 

@@ -1,7 +1,7 @@
 """Reruns reproduce: the `tiny` variant of every experiment, run twice from scratch (two
 fresh work directories, nothing shared), writes the same results, timings aside.
 
-Two experiments run in the default suite; the rest are marked slow (`make test-slow`).
+Two experiments run in CI (`make test-heavy`); the rest are marked slow (`make test-slow`).
 
 Exact equality is the point here: both runs are the same jitted programs with the same
 shapes and seeds, in one process on one machine, which XLA computes deterministically, so
@@ -88,7 +88,7 @@ def _run(config: Path, root: Path) -> Path:
 
 
 def _param(path):
-    marks = () if path.stem in FAST else (pytest.mark.slow,)
+    marks = (pytest.mark.heavy,) if path.stem in FAST else (pytest.mark.slow,)
     return pytest.param(path, marks=marks, id=f"{path.parent.name}/{path.stem}")
 
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.heavy
 def test_an_installed_wheel_lists_shows_and_runs_configs_by_name(tmp_path):
     src = tmp_path / "src"  # a copy, so that the build leaves nothing in the clone
     shutil.copytree(ROOT / "ebm_jax", src / "ebm_jax",

@@ -52,6 +52,7 @@ def _unrolled_mcmc_step_flops(steps: int, chains: int, batch: int = 32) -> float
     return bench._flops(lowered.compile())
 
 
+@pytest.mark.heavy
 def test_mcmc_flops_extrapolation_matches_unrolled_chain():
     chains = 16
     for steps in (1, 4):
@@ -68,6 +69,7 @@ def test_flops_grow_with_the_number_of_samples():
     assert 3.0 < large / small < 4.5
 
 
+@pytest.mark.heavy
 def test_benchmark_smoke_writes_json_and_markdown(tmp_path):
     rc = bench.main(["--out", str(tmp_path), "--methods", "sm", "ml-mcmc-256",
                      "--num-samples", "4", "--rounds", "2", "--heavy-steps", "1"])

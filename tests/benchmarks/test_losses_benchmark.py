@@ -5,12 +5,15 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 _SPEC = importlib.util.spec_from_file_location(
     "bench_losses", Path(__file__).parents[2] / "benchmarks" / "losses.py")
 bench = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(bench)
 
 
+@pytest.mark.heavy
 def test_losses_benchmark_writes_json_markdown_and_plot(tmp_path):
     assert bench.main(["--ms", "1,4", "--ks", "2", "--losses", "nce,sm", "--rounds", "2",
                        "--round-seconds", "0.01", "--no-torch", "--out",

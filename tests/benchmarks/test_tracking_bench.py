@@ -61,6 +61,7 @@ def _layer_grads(layer, h, ct):
     return nnx.grad(lambda m, x: jnp.sum(m(x) * ct), argnums=(0, 1))(layer, h)
 
 
+@pytest.mark.heavy
 def test_conv_formulations_match_the_model_in_values_and_gradients(tiny_model):
     model = nnx.clone(tiny_model)
     model.eval()

@@ -9,6 +9,7 @@ from ebm_jax.data.socl_pairs import (context_batches, feature_grid, point_frames
 from ebm_jax.ops.crops import crop_square_np
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("backbone", ["alexnet", "resnet18"])
 @pytest.mark.parametrize("size", [95, 127, 159, 160, 255])
 def test_feature_grid_matches_the_backbone(size, backbone):

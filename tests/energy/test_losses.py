@@ -458,6 +458,7 @@ def test_batched_y_to_per_example_loss_is_rejected():
         nce_loss(f_jax, X, jnp.zeros((3, 2)), KEY, sigmas=(0.1,), num_samples=2)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("method,y_dim", [(m, 1) for m in sorted(ALL)] + [("nce", 2)])
 def test_batched_energy_gives_the_plain_losses_and_gradients(method, y_dim):
     """The fast path (a `BatchedEnergy`: `ToyEnergyMLP.many` scoring the M samples of an

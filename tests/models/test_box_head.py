@@ -61,6 +61,7 @@ def test_two_levels_in_one_pass_and_conv5_unchanged(backbone, crops, levels):
         backbone.features(crops, (4, 2))
 
 
+@pytest.mark.heavy
 def test_shapes_finite_and_near_zero_at_init(backbone, levels):
     head = _head(backbone)
     assert float(jnp.std(head.out.kernel[...])) == pytest.approx(0.001, rel=0.3)

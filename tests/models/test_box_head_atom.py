@@ -58,6 +58,7 @@ def _stats(module):
     return [np.asarray(x) for x in jax.tree.leaves(nnx.state(module, nnx.BatchStat))]
 
 
+@pytest.mark.heavy
 def test_pools_per_level_and_energy_shapes(setup):
     backbone, levels = setup
     head = _head(backbone)

@@ -12,6 +12,7 @@ from ebm_jax.models.energy_mlp import MANY_MAX_HIDDEN
 from tests.tolerances import assert_within, toy_mlp_atol
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("x_dim,y_dim,hidden", [(1, 1, 10), (2, 3, 5),
                                                 (1, 2, MANY_MAX_HIDDEN + 4)])
 def test_many_equals_vmapped_network(x_dim, y_dim, hidden):

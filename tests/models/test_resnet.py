@@ -25,6 +25,7 @@ def test_backbone_parameter_counts_match_torchvision(arch, backbone):
     assert _params(mlp) == backbone + c * c + c + c * 128 + 128
 
 
+@pytest.mark.heavy
 def test_small_image_encoder_outputs_unit_vectors_and_bn_modes():
     model = ResNetEncoder("resnet18", small_images=True, in_channels=1, num_splits=2,
                           rngs=nnx.Rngs(0))

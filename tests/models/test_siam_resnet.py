@@ -11,6 +11,9 @@ from flax import nnx
 from ebm_jax.models.siam_resnet import LEVEL_NAMES, SiamResNet18, resnet_channels
 from ebm_jax.ops.xcorr import xcorr
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def net():

@@ -133,6 +133,7 @@ def _max_pool(x):
                    for i in range(3) for j in range(3)], axis=0)
 
 
+@pytest.mark.heavy
 def test_torchvision_weights_give_the_numpy_forward_of_the_same_weights():
     rng = np.random.default_rng(0)
     state = _random_state(rng)

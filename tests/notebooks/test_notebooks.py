@@ -20,6 +20,9 @@ CELL_TIMEOUT_S = 300
 # Environment of the executed notebooks. Each reads one size preset,
 # EBM_JAX_NOTEBOOK_SIZE ("tiny" here, "default" on 2 CPU cores, "large" on a Colab
 # accelerator), and no other variable but EBM_JAX_REPO (the install cell's).
+
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
 ENV = {"EBM_JAX_NOTEBOOK_SIZE": "tiny", "MPLBACKEND": "Agg"}
 NOTEBOOK_VARIABLES = {"EBM_JAX_NOTEBOOK_SIZE", "EBM_JAX_REPO"}
 

@@ -154,6 +154,7 @@ def test_integral_pooling_equals_numerical_integral(box):
                                atol=1e-4 * max(np.abs(want).max(), 1))
 
 
+@pytest.mark.heavy
 def test_integral_fpn_pooling_equals_the_dense_path_with_box_gradients():
     """The fast path of the detection head (integral images) against the dense
     contraction: an FPN of 256 channels on a 256 px image, ReLU features (positive
@@ -301,6 +302,7 @@ def test_energy_head_shapes_init_and_class_entry():
     assert p.fc1.kernel.shape == (12544, 1024) and p.out.kernel.shape == (1024, 81)
 
 
+@pytest.mark.heavy
 def test_refinement_never_lowers_f_and_halves_rejected_steps():
     head, levels = _head_and_levels(1)
     # a head with large outputs, so that steps matter
@@ -362,6 +364,7 @@ TABLE2 = {"ml-is": {"sigmas": (0.0375, 0.075, 0.15)},
           "dsm": {"sigma": 0.075}, "nce+": {"sigmas": (0.075, 0.15, 0.3), "beta": 0.1}}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("method", ["ml-is", "kld-is", "ml-mcmc-1", "nce", "dsm", "nce+"])
 def test_every_table2_loss_is_finite_and_ignores_padding(method):
     from ebm_jax.energy.boxes import make_detection_loss

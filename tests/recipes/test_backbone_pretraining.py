@@ -19,6 +19,9 @@ MOCO = ("--config.backbone=resnet18", "--config.init=moco", "--config.moco.steps
         "--config.moco.queue_size=16", "--config.moco.num_splits=2",
         "--config.moco.probe_size=32", "--config.moco.probe_epochs=2")
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.parametrize("overrides, message", [
     (("--config.init=moco",), r"--config.init=moco.*--config.backbone=resnet18"),

@@ -49,6 +49,7 @@ def test_bad_probe_settings_are_refused_before_anything_is_made(tmp_path, capsys
     assert not (tmp_path / "out").exists() and not any(runs.glob("*/"))
 
 
+@pytest.mark.heavy
 @pytest.mark.slow
 def test_the_tiny_probe_reports_every_head_on_every_set(tmp_path, capsys):
     out = tmp_path / "out"

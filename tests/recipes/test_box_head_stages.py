@@ -22,6 +22,9 @@ from ebm_jax.train.stages import RunContext
 SETTINGS = BoxHeadSettings(method="nce+", num_samples=8, steps=4, batch_size=2, width=8,
                            hidden=16)
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory):

@@ -24,6 +24,9 @@ CONFIGS = ROOT / "experiments" / "contrastive"
 FILES = ("moco_linear_eval", "instdisc_linear_eval", "moco_ablation_momentum",
          "moco_ablation_mechanism", "moco_ablation_queue")
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 
 def tiny(name: str, *overrides: str):
     return load_config(f"{CONFIGS / name}.py:tiny", overrides)

@@ -16,6 +16,9 @@ from ebm_jax.data import images as image_data  # noqa: E402
 from ebm_jax.data.records_write import write_image_records  # noqa: E402
 from ebm_jax.recipes import run_experiment  # noqa: E402
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 CONFIG = Path(__file__).parents[2] / "experiments" / "contrastive" / "moco_linear_eval.py"
 
 

@@ -15,6 +15,9 @@ from ebm_jax.recipes import run_experiment
 from ebm_jax.recipes.detection import head_spec, plan
 from tests.data.coco_files import write_coco
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).parents[2]
 EXP = ROOT / "experiments/ebm_regression"
 CONFIGS = {"table2": EXP / "table2_detection.py", "figure3": EXP / "figure3_detection_m.py",

@@ -8,6 +8,9 @@ import pytest
 
 from ebm_jax import cli
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 
 def test_the_tiny_run_tracks_the_three_centres_on_both_splits(tmp_path, capsys):
     out = tmp_path / "out"

@@ -12,6 +12,9 @@ from ebm_jax.config import ConfigError, load_config
 from ebm_jax.data import toy1d
 from ebm_jax.recipes import run_experiment
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).parents[2]
 TABLE1 = str(ROOT / "experiments/ebm_regression/table1_toy1d.py")
 FIGURE2 = str(ROOT / "experiments/ebm_regression/figure2_toy1d_m.py")

@@ -14,6 +14,9 @@ from ebm_jax.recipes.tracking import socl as recipe
 from tests.recipes.socl_configs import CONFIGS, tiny
 from tests.recipes.socl_configs import quiet as _quiet
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 @pytest.fixture(scope="module")
 def table1_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("socl")

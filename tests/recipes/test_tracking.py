@@ -12,6 +12,9 @@ import pytest
 from ebm_jax.config import ConfigError, load_config
 from ebm_jax.recipes import run_experiment
 
+# a minute or more on 2 CPU cores: in `make test-heavy` (and CI), not `make test`
+pytestmark = pytest.mark.heavy
+
 CONFIG = Path(__file__).parents[2] / "experiments" / "tracking" / "siamfc_box.py"
 
 

@@ -156,6 +156,7 @@ def test_the_loss_trains_the_head_on_a_pair(parts):
 # ------------------------------------------------------------------------ tracker
 
 
+@pytest.mark.heavy
 def test_refinement_raises_the_energy_of_the_box(parts, trackers):
     """With the best candidate kept (top_k = 1) and steps that lower f undone, the
     refined box's energy is at least the coarse box's, and here above it (a head whose
@@ -207,6 +208,7 @@ def test_target_leaving_the_frame_keeps_finite_boxes_on_the_frame(trackers):
     assert np.all(np.isfinite(np.asarray(box)))
 
 
+@pytest.mark.heavy
 def test_one_trace_per_frame_shape_and_the_coarse_switch(parts, trackers):
     backbone, head = parts
     jitted, coarse, _ = trackers
@@ -262,6 +264,7 @@ def test_settings_reach_the_refinement(parts, trackers):
     np.testing.assert_allclose(np.asarray(box_a), np.asarray(box_b), atol=64 * 2**-23 * 300)
 
 
+@pytest.mark.heavy
 def test_tracker_options_size_only_margin_and_damped_size(parts, trackers):
     """The same strong head and frame as above: with refine_center=False the centre is
     SiamFC's and only the size moves; an accept margin no refinement can pass keeps
@@ -295,6 +298,7 @@ def test_tracker_options_size_only_margin_and_damped_size(parts, trackers):
     np.testing.assert_allclose(s_half, np.sqrt(s_coarse * s_full), rtol=1e-5)
 
 
+@pytest.mark.heavy
 def test_skip_if_lost_keeps_the_coarse_box_below_the_peak_ratio(parts, trackers):
     """lost_ratio r: a frame whose SiamFC peak is below r x the best peak so far keeps
     the coarse box (no refinement); above it, or before any positive peak, the head

@@ -82,7 +82,8 @@ def _close(a, b, scale):
                                atol=CHAIN * TERMS * EPS32 * scale)
 
 
-@pytest.mark.parametrize("frozen", [pytest.param(True, marks=pytest.mark.slow), False])
+@pytest.mark.parametrize("frozen", [pytest.param(True, marks=pytest.mark.slow),
+                                    pytest.param(False, marks=pytest.mark.heavy)])
 def test_the_joint_loss_is_the_classifiers_plus_weight_times_the_heads(frozen):
     net, batch, key = _net(frozen), _batch(), jax.random.key(5)
     joint = make_joint_loss(SETTINGS, SIGMA, BOX, box_weight=WEIGHT)

@@ -338,6 +338,7 @@ def _look_alike_runs(online_settings, seeds=(0, 1, 2, 3), names=("siamfc", "dimp
     return out
 
 
+@pytest.mark.heavy
 def test_the_tracker_keeps_a_changing_target_where_siamfc_takes_a_look_alike():
     """The whole tracker on frames: a target changes its pattern over 10 frames, then a
     look-alike of its first pattern fades in beside it, moving with it 21 px away.
@@ -363,6 +364,7 @@ def test_the_tracker_keeps_a_changing_target_where_siamfc_takes_a_look_alike():
     assert np.mean(d_target) < apart / 2.5, d_target
 
 
+@pytest.mark.heavy
 def test_without_online_updates_dimp_takes_the_look_alike_too():
     """The control of the test above: the same tracker with its model fixed after the
     first frame (no updates, so a first-frame model like SiamFC's template) loses the

@@ -41,6 +41,7 @@ def _sequences(key, b, ntr=3, nte=2):
             "test_levels": levels[:, ntr:], "test_centers": centers[:, ntr:]}
 
 
+@pytest.mark.heavy
 def test_training_lowers_the_test_loss_and_finds_held_out_targets():
     net = DiMPFeatures(CIN, 8, filter_size=SETTINGS.filter_size, rngs=nnx.Rngs(0))
     params = dimp.init_predictor_params(SETTINGS)
@@ -117,6 +118,7 @@ def _net(frozen=False):
                    channels=8, frozen_backbone=frozen, rngs=nnx.Rngs(1))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("frozen", [False, True])
 def test_the_frame_loss_trains_the_branch_and_freezes_the_backbone_on_request(samples,
                                                                              frozen):

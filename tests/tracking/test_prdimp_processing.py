@@ -151,6 +151,7 @@ def test_jittered_pairs_are_a_function_of_seed_and_step(sequences):
         jittered_pair_batches(sequences, batch_size=1, max_gap=8, seed=0, jitter=None)
 
 
+@pytest.mark.heavy
 def test_the_probe_runs_on_prdimp_pairs_and_its_control_reaches_the_truth(sequences):
     backbone = SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0))
     settings = BoxHeadSettings(processing="prdimp", width=8, hidden=16)
@@ -176,6 +177,7 @@ def test_the_probe_runs_on_prdimp_pairs_and_its_control_reaches_the_truth(sequen
         assert 0 <= row["iou_procedure"] <= 1 and row["procedure_gain_se"] >= 0
 
 
+@pytest.mark.heavy
 def test_candidate_step_lengths_give_what_each_would_alone(sequences):
     backbone = SiamFCAlexNet(width=0.125, rngs=nnx.Rngs(0))
     settings = BoxHeadSettings(processing="prdimp", width=8, hidden=16)

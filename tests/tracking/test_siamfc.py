@@ -181,6 +181,7 @@ def tiny_backbone():
     return lambda: nnx.merge(graphdef, state)
 
 
+@pytest.mark.heavy
 def test_siamfc_loss_is_finite_and_sgd_lowers_it(tiny_backbone):
     import optax
     from flax import nnx

@@ -49,6 +49,7 @@ def test_network_equals_its_layer_by_layer_definition():
     assert_within(model(x, y), lin(model.out, h)[:, 0], toy_mlp_atol(model, x, y))
 
 
+@pytest.mark.heavy
 def test_ensemble_trains_through_a_stage_and_traces_once(tmp_path):
     x, y = toy1d.sample(jax.random.key(0), 2, 256)
     loss = chex.assert_max_traces(make_loss("nce", sigmas=(0.1, 0.8), num_samples=16), n=1)
@@ -73,6 +74,7 @@ def test_ensemble_trains_through_a_stage_and_traces_once(tmp_path):
     assert w.shape[0] == 3 and not np.allclose(w[0], w[1])
 
 
+@pytest.mark.heavy
 def test_ensemble_models_train_independently():
     """Changing model 0's initialisation leaves model 1's training untouched."""
     x, y = toy1d.sample(jax.random.key(0), 1, 96)
@@ -163,6 +165,7 @@ def _epochs(setup, epochs=2):
     return jax.device_get(state.params)
 
 
+@pytest.mark.heavy
 def test_two_datasets_share_one_compiled_step():
     """ML-MCMC with each dataset's Langevin step: the step size is an argument of the
     step (`loss_args`), so the second dataset trains with the first one's executable,

@@ -354,6 +354,7 @@ def _job(run_dir, out, *extra):
     )
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("die_at", [20, 34])
 def test_killed_run_resumes_bitwise(tmp_path, die_at):
     ref = _job(tmp_path / "ref", tmp_path / "ref.npz")
