@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     lines = [f"{meta['cpu_count']} CPU cores ({meta['device']}), JAX {meta['jax']}; median "
              f"(min-max) of {args.rounds} rounds, alternatives interleaved; load average "
              f"{load_start[0]:.1f} before, {load_end[0]:.1f} after.", "",
-             "PrRoIPool 7x7:", "",
+             "## PrRoIPool 7x7", "",
              "| boxes | map | channels | JAX boxes/s | direct per-pixel boxes/s | speed-up "
              "wall / CPU | max rel. difference |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in pools:
@@ -227,7 +227,8 @@ def main(argv=None) -> int:
     def rng_s(t):
         return f"{t['median']:.3f} ({t['min']:.3f}-{t['max']:.3f})"
 
-    lines += ["", f"Refinement, paper-size head (12544 -> 1024 -> 1024 -> 81), T = 10, "
+    lines += ["", "## Refinement, paper-size head", "",
+              f"The head 12544 -> 1024 -> 1024 -> 81, T = 10, "
               f"{refine['boxes']} boxes on a {refine['image']}x{refine['image']} image "
               "(4 FPN levels, 256 channels), the two pooling paths interleaved "
               f"({refine['rounds']} rounds; largest difference of the refined boxes "
@@ -241,7 +242,8 @@ def main(argv=None) -> int:
                      f"{refine['first_call_seconds'][m]:.1f} |")
     lines += ["", f"Integral over dense: {refine['speedup']:.1f}x wall, "
               f"{refine['speedup_cpu']:.1f}x CPU.", "",
-              "Head training (NCE+, M = 128, 16 ground-truth boxes per step), the two "
+              "## Head training", "",
+              "NCE+, M = 128, 16 ground-truth boxes per step, the two "
               "pooling paths interleaved:", "",
               "| head | image | FPN levels | PrRoIPool | s/step (min-max) | CPU s/step | "
               "steps/s | first call s |", "|---|---:|---:|---|---:|---:|---:|---:|"]

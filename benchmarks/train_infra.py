@@ -193,6 +193,7 @@ def markdown(report) -> str:
              "then each mesh, in turn); load average "
              f"{report['load_average_before'][0]:.2f} before, "
              f"{report['load_average_after'][0]:.2f} after.", "",
+             "## Sharded training step", "",
              "| step | devices | steps/s | CPU ms / step | time vs plain jit wall | "
              "time vs plain jit CPU |", "|---|---|---|---|---|---|",
              f"| plain jax.jit | 1 | {_rate(t['plain']['wall'])} | "
@@ -201,7 +202,7 @@ def markdown(report) -> str:
     for n, ratio in report["time_vs_plain"].items():
         lines.append(f"| ebm_jax.train step | {n} | {_rate(t[n]['wall'])} | "
                      f"{_ms(t[n]['cpu'])} | {ratio['wall']:.2f}x | {ratio['cpu']:.2f}x |")
-    lines += ["", "| parameters | state MB | save s | save CPU s | restore s | "
+    lines += ["", "## Orbax checkpoints", "", "| parameters | state MB | save s | save CPU s | restore s | "
               "restore CPU s |", "|---|---|---|---|---|---|"]
     for c in report["checkpoints"]:
         lines.append(f"| {c['parameters']:,} | {c['state_megabytes']:.1f} | "
