@@ -165,11 +165,43 @@ def markdown(payload) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     t = payload["torch"]
     note = (f"PyTorch {t['torch']} eager, {t['threads']} thread(s); " if t else "")
+    summary = summary_table(payload["rows"]) if torch_on else []
     return (f"Losses under jit(value_and_grad), batch {BATCH}, the 1D network; "
             f"{note}median of {payload['rounds']} interleaved rounds; load average "
             f"{payload['load_average_start'][0]:.1f} at the start, "
-            f"{payload['load_average_end'][0]:.1f} at the end.\n\n" + "\n".join(lines)
-            + "\n")
+            f"{payload['load_average_end'][0]:.1f} at the end.\n\n"
+            + "\n".join(summary + ["## Every loss, K and M", ""] + lines) + "\n")
+
+
+def summary_table(rows) -> list[str]:
+    """One line a loss: JAX and PyTorch at M = 1024, K = 1, the speed-ups there, at
+    K = 4 and at M = 4096, the compile times and XLA's buffers (losses without
+    samples, M = '-', give their one setting at K = 1 and K = 4)."""
+    at = {(r["loss"], r["k"], r["m"]): r for r in rows}
+
+    def pick(loss, k, m):
+        return at.get((loss, k, m)) or at.get((loss, k, None))
+
+    def ratio(r):
+        return "-" if r is None else f"{r['speedup_wall']:.1f}x / {r['speedup_cpu']:.1f}x"
+
+    out = ["## Summary", "",
+           "| loss | M = 1024, K = 1: JAX ms (min-max) | PyTorch ms | speed-up wall / CPU "
+           "| K = 4, wall / CPU | M = 4096, K = 1, wall / CPU | compile s | XLA temp MB, "
+           "M = 1024 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for loss in dict.fromkeys(r["loss"] for r in rows):
+        base = pick(loss, 1, 1024)
+        if base is None:
+            continue
+        jw, tw, mem = base["jax_wall"], base["torch_wall"], base.get("xla_bytes")
+        comp = [r["compile_s"] for r in rows if r["loss"] == loss]
+        m4096 = at.get((loss, 1, 4096))
+        out.append(f"| {loss} | {_ms(jw['median'])} ({_ms(jw['min'])}-{_ms(jw['max'])}) | "
+                   f"{_ms(tw['median'])} | {ratio(base)} | {ratio(pick(loss, 4, 1024))} | "
+                   f"{ratio(m4096) if base['m'] is not None else '-'} | "
+                   f"{min(comp):.1f}-{max(comp):.1f} | "
+                   f"{'-' if not mem else format(mem['temp'] / 1e6, '.1f')} |")
+    return out + [""]
 
 
 def plot(payload, path: Path) -> None:

@@ -224,7 +224,7 @@ def markdown(report: dict) -> str:
     lines = [f"SiamFC, width {cfg['width']}, {cfg['frame_size'][1]}x{cfg['frame_size'][0]} "
              f"frames, {cfg['frames'] - 1} updates per repeat, training batch "
              f"{cfg['batch_size']}; median [min, max] over {cfg['repeats']} interleaved "
-             "repeats.", "",
+             "repeats.", "", "## Rates", "",
              f"| implementation | tracking FPS | JAX / PyTorch (target {FPS_TARGET:g}x) | "
              f"training steps/s | JAX / PyTorch (target {STEPS_TARGET:g}x) |",
              "|---|---:|---:|---:|---:|",
@@ -237,7 +237,7 @@ def markdown(report: dict) -> str:
             f"{trk['ratio'][kind]:.2f}x {'met' if trk['met'][kind] else 'not met'} | "
             f"{_fmt(trn['jax'][kind]['rate'], 3)} | {trn['ratio'][kind]:.2f}x "
             f"{'met' if trn['met'][kind] else 'not met'} |")
-    lines += ["", "| implementation | wall s / update | CPU s / update | wall s / step | "
+    lines += ["", "## Times per call", "", "| implementation | wall s / update | CPU s / update | wall s / step | "
               "CPU s / step | first calls s (init, update, step) |",
               "|---|---:|---:|---:|---:|---|",
               f"| PyTorch | {_fmt(trk['torch']['wall'], 3)} | {_fmt(trk['torch']['cpu'], 3)} "
