@@ -37,6 +37,11 @@ class BenchRun:
         self.args = list(sys.argv[1:] if argv is None else argv)
         self.started = time.time()
         self.load_start = os.getloadavg()
+        from ebm_jax.report import provenance
+
+        # the commit and dirty flag of the tree the benchmark's code was loaded from, at
+        # its start (a file edited while it runs does not change what it measured)
+        self.git = provenance.git_state()
 
     def write(self, out_dir, stem: str, payload: dict, markdown: str,
               files: tuple[str, ...] = ()) -> None:
@@ -50,7 +55,8 @@ class BenchRun:
         from ebm_jax.report import provenance
 
         p = provenance.collect_benchmark(self.script, self.args, started=self.started,
-                                         finished=time.time(), load_average=self.load_start)
+                                         finished=time.time(), load_average=self.load_start,
+                                         git=self.git)
         payload = {**payload, "ebm_jax": {"provenance": p,
                                           "files": ["results.json", "results.md", *files]}}
         io.write_report(out_dir, stem, payload,
