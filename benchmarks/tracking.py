@@ -237,7 +237,8 @@ def markdown(report: dict) -> str:
             f"{trk['ratio'][kind]:.2f}x {'met' if trk['met'][kind] else 'not met'} | "
             f"{_fmt(trn['jax'][kind]['rate'], 3)} | {trn['ratio'][kind]:.2f}x "
             f"{'met' if trn['met'][kind] else 'not met'} |")
-    lines += ["", "## Times per call", "", "| implementation | wall s / update | CPU s / update | wall s / step | "
+    lines += ["", "## Times per call", "",
+              "| implementation | wall s / update | CPU s / update | wall s / step | "
               "CPU s / step | first calls s (init, update, step) |",
               "|---|---:|---:|---:|---:|---|",
               f"| PyTorch | {_fmt(trk['torch']['wall'], 3)} | {_fmt(trk['torch']['cpu'], 3)} "

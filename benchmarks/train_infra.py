@@ -202,7 +202,8 @@ def markdown(report) -> str:
     for n, ratio in report["time_vs_plain"].items():
         lines.append(f"| ebm_jax.train step | {n} | {_rate(t[n]['wall'])} | "
                      f"{_ms(t[n]['cpu'])} | {ratio['wall']:.2f}x | {ratio['cpu']:.2f}x |")
-    lines += ["", "## Orbax checkpoints", "", "| parameters | state MB | save s | save CPU s | restore s | "
+    lines += ["", "## Orbax checkpoints", "",
+              "| parameters | state MB | save s | save CPU s | restore s | "
               "restore CPU s |", "|---|---|---|---|---|---|"]
     for c in report["checkpoints"]:
         lines.append(f"| {c['parameters']:,} | {c['state_megabytes']:.1f} | "
