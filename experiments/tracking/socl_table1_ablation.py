@@ -24,7 +24,8 @@ docs' "SoCL from the MoCo start").
 
 from ebm_jax.recipes.tracking.socl import MOCO160, Config, preset
 
-VARIANTS = ("quick", "tiny", "paper", "moco", *MOCO160)
+STUDIES = {**MOCO160, "moco_start": ("moco", dict(experiment="moco_start"))}
+VARIANTS = ("quick", "tiny", "paper", "moco", *STUDIES)
 
 REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 60.9"),
              ("VOT-16 EAO", "0.215 / 0.228 / 0.231 / 0.244"))
@@ -32,6 +33,6 @@ REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 6
 
 def get_config(variant: str) -> Config:
     return preset(
-        variant, experiment="table1", studies=MOCO160,
+        variant, experiment="table1", studies=STUDIES,
         quick=dict(reference=REFERENCE),
         paper=dict(reference=REFERENCE))

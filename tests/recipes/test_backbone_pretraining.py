@@ -199,3 +199,47 @@ def test_a_tiny_variant_pretrains_a_tiny_moco_stage(config):
     assert stage.identity != quick_stage.identity and stage.num_steps == m.steps
     recorded = set(stage.identity["moco"]) | {"probe_size", "probe_epochs"}  # the probe's
     assert recorded == {f.name for f in dataclasses.fields(MoCoPretraining)}
+
+
+def test_the_moco_start_screen_trains_a_stage_per_setting_and_probes_val(tmp_path):
+    """socl_table1_ablation:moco_start (`screen`): each setting its own MoCo stage, the
+    chosen one the very stage the moco arms start from, probed on the validation split
+    only; the table gives every setting's figures beside the random initialisation."""
+    import dataclasses
+
+    from ebm_jax.recipes.tracking import stages as ts
+    from ebm_jax.recipes.tracking.backbone_pretraining import moco_stage
+    from ebm_jax.train.stages import RunContext
+
+    cfg = tiny("--config.backbone=resnet18", "--config.init=moco",
+               "--config.experiment=moco_start",
+               "--config.moco_screen=chosen,queue as large as the crops",
+               config="socl_table1_ablation.py")
+    report = run_experiment(cfg, workdir=tmp_path / "runs", out=tmp_path / "out",
+                            progress=False, log=_quiet)
+    screen = report.payload["tables"]["screen"]
+    assert list(screen) == ["chosen", "queue as large as the crops"]
+    chosen, large = screen["chosen"], screen["queue as large as the crops"]
+    assert chosen["settings"] == dataclasses.asdict(cfg.moco)
+    half = cfg.moco.crops // 2
+    assert large["settings"]["crops"] == large["settings"]["queue_size"] == half
+    for row in screen.values():
+        assert row["probe"]["split"] == "val" and np.isfinite(row["final_loss"])
+        k = row["settings"]["queue_size"]
+        assert row["chance_loss"] == pytest.approx(np.log(k + 1))
+        for arm in ("random", "moco"):
+            assert 0.0 <= row["probe"][arm]["linear"] <= 100.0
+    # one random initialisation (the stages' name and seed), two pretrainings
+    for what in ("knn", "linear"):
+        assert chosen["probe"]["random"][what] == large["probe"]["random"][what]
+    assert len(list((tmp_path / "runs").glob("moco-s0-*"))) == 2
+    # the chosen row's stage is the one Table 1's moco arms start from
+    ctx = RunContext(tmp_path / "runs", seed=cfg.seed, progress=False, log=_quiet)
+    table1 = dataclasses.replace(cfg, experiment="table1")
+    data = ts.held_out(ts.open_data(table1, ctx), table1)
+    assert moco_stage(table1, data).dir(ctx).exists()
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "### Scores" in text and "random initialisation" in text
+    assert f"queue {half} over {half} crops" in text
+    assert (tmp_path / "out" / "probe.png").is_file()
+

@@ -19,6 +19,15 @@ def test_the_lst_study_needs_a_validation_split():
         tiny("lst", "--config.validation_sequences=0")
 
 
+def test_the_moco_start_screen_needs_the_moco_start_and_known_settings():
+    with pytest.raises(ConfigError, match="--config.init must be 'moco' for the moco_start"):
+        tiny("table1", "--config.experiment=moco_start")
+    with pytest.raises(ConfigError, match="--config.moco_screen must be a non-empty list "
+                                          r"drawn from \['queue as large as the crops'"):
+        tiny("table1", "--config.experiment=moco_start", "--config.backbone=resnet18", "--config.init=moco",
+             "--config.moco_screen=bigger")
+
+
 @pytest.mark.slow
 def test_the_lst_study_tracks_the_validation_split_alone(tmp_path):
     cfg = tiny("lst", "--config.lst_variants=paper,b_p 0.9,own-pair mix-ups,"

@@ -32,7 +32,8 @@ import numpy as np
 
 from ebm_jax.config import ConfigError
 
-__all__ = ["MoCoPretraining", "moco_stage", "moco_training", "pretrained_backbone", "probe"]
+__all__ = ["MOCO_SCREEN", "MoCoPretraining", "moco_stage", "moco_training",
+           "pretrained_backbone", "probe", "screen"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +176,8 @@ def moco_training(cfg, ctx, data):
 
 
 def _train(cfg, ctx, data):
-    """(graphdef, final train state) of the MoCo stage, trained or resumed."""
+    """(graphdef, final train state, StageFigures) of the MoCo stage, trained or
+    resumed."""
     from ebm_jax.train.checkpoint import latest_step
 
     m = cfg.moco
@@ -186,7 +188,7 @@ def _train(cfg, ctx, data):
     state, figures = stage.run(ctx, state, step, batches)
     if figures.final_loss is not None and not figures.finite:
         raise FloatingPointError(f"{stage.name}: the MoCo loss is not finite")
-    return graphdef, state
+    return graphdef, state, figures
 
 
 def _pretrained_encoder(cfg, ctx, data):
@@ -196,7 +198,7 @@ def _pretrained_encoder(cfg, ctx, data):
 
     from ebm_jax.train import merge_model
 
-    graphdef, state = _train(cfg, ctx, data)
+    graphdef, state, _ = _train(cfg, ctx, data)
     encoder = _encoder_factory(cfg, 1)(nnx.Rngs(0))
     nnx.update(encoder, nnx.state(merge_model(graphdef, state).query))
     return encoder
@@ -254,3 +256,41 @@ def probe(cfg, ctx, data, split: str = "test") -> dict:
         return out
 
     return ctx.cached(ctx.stage_dir("moco-probe", identity), "result", identity, compute)
+
+
+# The MoCo start's settings screened on the probe's validation split (`screen`; the
+# docs' "SoCL from the MoCo start"): each a change of `cfg.moco` (the defaults are the
+# setting chosen there), so that a preset of any size screens its own settings
+MOCO_SCREEN = {
+    # a query's own crop of the previous pass sits in the queue as a negative
+    "queue as large as the crops": lambda m: dict(crops=m.crops // 2,
+                                                  queue_size=m.crops // 2),
+    "chosen": lambda m: {},
+    "twice the steps": lambda m: dict(steps=2 * m.steps),
+}
+
+
+def screen(cfg, ctx, data, names) -> dict:
+    """The MoCo start's settings `names` (keys of `MOCO_SCREEN`, each a change of
+    `cfg.moco`) on the probe's validation split (`probe(..., split="val")`; the test
+    split is never read): per setting, its MoCo stage (trained or resumed) with its
+    settings, its final InfoNCE loss and the loss at chance (log(K + 1), K the queue),
+    and its probe. The random initialisation is the stages' own (keyed by the stage's
+    name and the seed: the same weights for every setting). `data`: the training split
+    the arms would train on (`stages.held_out`)."""
+    import math
+
+    rows = {}
+    for name in names:
+        if name not in MOCO_SCREEN:
+            raise ConfigError(f"MoCo screen setting {name!r} is not one of "
+                              f"{sorted(MOCO_SCREEN)}")
+        c = dataclasses.replace(cfg, moco=dataclasses.replace(
+            cfg.moco, **MOCO_SCREEN[name](cfg.moco)))
+        _, _, figures = _train(c, ctx, data)
+        rows[name] = {"settings": dataclasses.asdict(c.moco),
+                      "final_loss": figures.final_loss,
+                      "chance_loss": math.log(c.moco.queue_size + 1),
+                      "train_seconds": figures.seconds,
+                      "probe": probe(c, ctx, data, split="val")}
+    return rows

@@ -44,10 +44,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ebm_jax.config import Checks, ConfigError
+from ebm_jax.config import ADDED_FIELD, Checks, ConfigError
 from ebm_jax.contrastive.socl import SoCLSettings
 from ebm_jax.recipes.tracking import socl_arms as arms_lib
 from ebm_jax.recipes.tracking import socl_diagnostics
+from ebm_jax.recipes.tracking.backbone_pretraining import MOCO_SCREEN
 from ebm_jax.recipes.tracking import socl_stages as stages
 from ebm_jax.recipes import tracking
 from ebm_jax.recipes.tracking import stages as tstages
@@ -133,9 +134,14 @@ class Config(tracking.Config):
     # lst: the variants of the LST study (`socl_arms.LST_VARIANTS`), trained on the
     # training split less its last `validation_sequences` and tracked on those alone
     lst_variants: tuple[str, ...] = tuple(arms_lib.LST_VARIANTS)
+    # moco_start: the MoCo start's settings screened on the probe's validation split
+    # (`backbone_pretraining.MOCO_SCREEN`, each a change of --config.moco)
+    moco_screen: tuple[str, ...] = dataclasses.field(default=tuple(MOCO_SCREEN),
+                                                     metadata=ADDED_FIELD)
 
     FIELD_GROUPS = {
         **tracking.Config.FIELD_GROUPS,
+        "MoCo start": ("moco", "moco_screen"),
         "SoCL training": ("points", "annotate_every", "top_temperature", "videos",
                           "socl_steps", "socl_lr", "socl_lr_drop", "input_size",
                           "context_side", "region_fields", "shift_jitter", "scale_jitter",
@@ -150,10 +156,14 @@ class Config(tracking.Config):
 
     def unused_groups(self) -> tuple[str, ...]:
         """The tracking sections SoCL's tables do not read: the box head but for Table
-        5's sparse-box head, DiMP always, the MoCo start unless init="moco"."""
+        5's sparse-box head, DiMP always, the MoCo start unless init="moco"; moco_start
+        reads the data, the backbone and the MoCo start alone."""
         unused = ["DiMP"] + (["MoCo start"] if self.init != "moco" else [])
         if self.experiment != "table5":
             unused.append("box head")
+        if self.experiment == "moco_start":  # the MoCo start alone: nothing trains on it
+            unused += ["Box-Siam (SiamFC) training and tracking", "SoCL training",
+                       "SoCL tables"]
         return tuple(unused)
 
     def __post_init__(self):
@@ -169,6 +179,10 @@ class Config(tracking.Config):
             raise ConfigError(f"--config.sparse_every_sweep must be a non-empty tuple of "
                               f"integers >= 1 (T), got {self.sparse_every_sweep!r}")
         c.each_in("lst_variants", tuple(arms_lib.LST_VARIANTS))
+        c.each_in("moco_screen", tuple(MOCO_SCREEN))
+        if self.experiment == "moco_start" and self.init != "moco":
+            raise ConfigError(f"--config.init must be 'moco' for the moco_start experiment "
+                              f"(it screens the MoCo start's settings), got {self.init!r}")
         if self.experiment == "lst" and self.validation_sequences < 1:
             raise ConfigError("--config.validation_sequences must be >= 1 for the lst "
                               "experiment (it is measured on held-out training sequences, "
@@ -362,6 +376,11 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     opened = opened if opened is not None else Opened(
         *held_out(cfg, with_points(cfg, ctx, tstages.open_data(cfg, ctx))), None)
     data, plan, validation = opened.data, opened.plan, opened.validation
+    if cfg.experiment == "moco_start":  # no arm: the start's settings on the probe's val
+        from ebm_jax.recipes.tracking.backbone_pretraining import screen
+
+        return report.moco_screen_report(
+            cfg, screen(cfg, ctx, tstages.held_out(data, cfg), cfg.moco_screen), data.train)
     arms = arms_of(cfg)
     if plan is None and budgeted(arms):
         plan = budget_plan(cfg, ctx, data)

@@ -10,6 +10,11 @@ from ebm_jax.recipes.tracking import sparse_boxes
 from ebm_jax.recipes.tracking.arms import Arm, Experiment
 
 
+def _no_arms(cfg) -> list[Arm]:
+    """moco_start trains and tracks no arm: it screens the MoCo start's settings."""
+    return []
+
+
 EXPERIMENTS = {
     "table1": Experiment(arms_lib.table1, "OTB-13 AUC: GST 55.1, +SNS 57.8, +mix-up 58.1, +LST "
                                   "60.9 (each step helps)"),
@@ -37,6 +42,8 @@ EXPERIMENTS = {
     "table4": Experiment(arms_lib.table4, "GOT-10k (1.4M frames): boxes $50.4k and 3,967 h; points "
                                   "$7.0k and 883 h; training SiamFC 8 h, SoCL 24 h on a "
                                   "V100 at $0.90/h"),
+    "moco_start": Experiment(_no_arms, "no screen: the paper starts from the ImageNet "
+                                       "ResNet-18 (sec. 4.1), which this stand-in replaces"),
 }
 
 
@@ -51,6 +58,8 @@ def count_stages(cfg) -> int | None:
     start once; None for Table 5 (its box-head arms train stages of their own)."""
     if cfg.experiment == "table5":
         return None
+    if cfg.experiment == "moco_start":  # one MoCo stage per setting screened
+        return len(cfg.moco_screen)
     keys = {arms_lib.training_key(cfg, a) for a in arms_of(cfg) if a.method in arms_lib.TRAINED}
     return len(cfg.seeds) * len(keys) + (cfg.init == "moco")
 
