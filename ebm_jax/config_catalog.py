@@ -53,10 +53,12 @@ def wall_times(root: str | Path = CONFIG_ROOT) -> dict:
                     if not (1 <= len(seconds) <= 2 and all(
                             _is_wall_time(v) for v in seconds)
                             and seconds == sorted(set(seconds))
-                            and isinstance(e["machine"], str)):
+                            and isinstance(e["machine"], str)
+                            and _is_count(e.get("reused_stages", 1))):
                         raise ValueError(
                             f"bad entry {e!r}: seconds must be a number in (0, "
-                            f"{MAX_WALL_SECONDS:g}] or an increasing [low, high] of two")
+                            f"{MAX_WALL_SECONDS:g}] or an increasing [low, high] of two, "
+                            "reused_stages (where given) an integer >= 1")
     except (ValueError, KeyError, TypeError, AttributeError, OSError,
             RecursionError) as e:
         text = " ".join(str(e).split())
@@ -72,12 +74,22 @@ def _is_wall_time(v) -> bool:
             and math.isfinite(v) and 0 < v <= MAX_WALL_SECONDS)
 
 
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
 def wall_time_text(entries: list) -> str:
-    """The entries of one variant: "35-40 min (2 CPU cores); 3 min (one H100)"."""
+    """The entries of one variant: "35-40 min (2 CPU cores); 3 min (one H100)"; a run
+    that reused finished stages is a lower bound: "over 5 min (2 CPU cores; reused 3
+    finished stages)"."""
     out = []
     for e in entries:
         s = e["seconds"] if isinstance(e["seconds"], list) else [e["seconds"]]
-        out.append(f"{duration_range(s[0], s[-1])} ({e['machine']})")
+        if e.get("reused_stages"):
+            out.append(f"over {duration_range(s[0], s[-1])} ({e['machine']}; reused "
+                       f"{e['reused_stages']} finished stage(s))")
+        else:
+            out.append(f"{duration_range(s[0], s[-1])} ({e['machine']})")
     return "; ".join(out)
 
 

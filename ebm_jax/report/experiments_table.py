@@ -73,7 +73,9 @@ def time_cell(files: list[str], times: dict, note: str = "") -> str:
     config's entries, or the range over a row's configs, with the machines."""
     seconds, machines, unmeasured = [], [], []
     for f in files:
-        entries = [e for e in times.get(f, {}).get(VARIANT, []) if MACHINE in e["machine"]]
+        # a run that reused finished stages is no whole run's time
+        entries = [e for e in times.get(f, {}).get(VARIANT, [])
+                   if MACHINE in e["machine"] and not e.get("reused_stages")]
         if not entries:
             unmeasured.append(Path(f).stem)
         for e in entries:

@@ -32,7 +32,9 @@ longer loads; `copies` counts the copies left to rerun and store.
     python -m ebm_jax.report.stored check     # in sync and fresh? (the tests run it)
 
 `store` copies a finished run in (refusing one without provenance) and records its wall
-time, with its machine, in `experiments/wall_times.json` (`ebm-jax list` prints it).
+time, with its machine, in `experiments/wall_times.json` (`ebm-jax list` prints it); a
+run that reused finished stages gives a lower bound ("over ..."), kept only where the
+variant has no whole run's time.
 `check` fails when a page's block differs from what `sync` writes, or when a stored
 run's config identity differs from what its config file and variant resolve to today,
 naming the fields that changed: a changed default then means a rerun, or a named variant
@@ -254,29 +256,49 @@ def store(root: Path, run: Path, name: str | None = None,
     if "benchmark" in p:  # not a config's variant: no entry in wall_times.json
         pass
     elif reused and measured is None:
+        whole = _has_whole_time(root, p["config"])
         log(f"{name}: its run reused {reused} finished stage(s), so its "
-            f"{p['wall_seconds']:.0f} s are not a whole run's time; wall_times.json left "
-            "as it is (give --measured-seconds and --measured-by from the run that "
-            "trained them)")
+            f"{p['wall_seconds']:.0f} s are not a whole run's time; "
+            + ("wall_times.json left as it is, which has one" if whole else
+               "recorded in wall_times.json as a lower bound")
+            + " (give --measured-seconds and --measured-by from the run that trained them)")
+        if not whole:
+            record_wall_time(root, p, f"docs/results/{name}")
     else:
         record_wall_time(root, p, f"docs/results/{name}")
     return target
 
 
+def _has_whole_time(root: Path, cfg: dict) -> bool:
+    """Whether experiments/wall_times.json has a whole run's time of `cfg`'s variant."""
+    from ebm_jax.config_catalog import wall_times
+
+    entries = wall_times(root / "experiments").get(cfg["file"], {}).get(cfg["variant"], [])
+    return any(not e.get("reused_stages") for e in entries)
+
+
 def record_wall_time(root: Path, p: dict, how: str) -> None:
     """The stored run's wall time, machine and date as an entry of
-    experiments/wall_times.json (replacing an entry of the same `how`)."""
+    experiments/wall_times.json (replacing an entry of the same `how`). A run that
+    reused finished stages, with no measured whole time (`measured_by`), gives a lower
+    bound: the entry carries `reused_stages` (`ebm-jax list` prints "over ...", the
+    README's time column leaves it out)."""
     from ebm_jax.config_catalog import WALL_TIMES
 
     path = root / "experiments" / WALL_TIMES
     data = json.loads(path.read_text()) if path.is_file() else {}
     cfg = p["config"]
     overrides = cfg.get("overrides", [])
+    reused = 0 if p.get("measured_by") else p.get("stages", {}).get("reused", 0)
     entry = {"seconds": p["wall_seconds"],
              "machine": provenance.machine_text(p["machine"]),
              "date": p["finished"][:10], "how": how,
              "note": "stored run" + (f" with {' '.join(overrides)}" if overrides else "")
-             + (f"; {p['measured_by']}" if p.get("measured_by") else "")}
+             + (f"; {p['measured_by']}" if p.get("measured_by") else "")
+             + (f"; it reused {reused} finished stage(s), whose training is not in this "
+                "time" if reused else "")}
+    if reused:
+        entry["reused_stages"] = reused
     runs = data.setdefault(cfg["file"], {}).setdefault(cfg["variant"], [])
     runs[:] = [e for e in runs if e.get("how") != how] + [entry]
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")

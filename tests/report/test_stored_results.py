@@ -282,3 +282,31 @@ def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch):
     page.write_text(f"<!-- copy: python benchmarks/none.py -->\n<!-- /copy -->\n\n{table}")
     (problem,) = [p for p in stored.check(root) if "toy.md" in p]
     assert "names no benchmark of benchmarks/" in problem
+
+
+def test_a_run_from_cached_stages_alone_is_a_lower_bound_in_list_not_in_the_readme(
+        tmp_path, monkeypatch, capsys):
+    """Where a variant's only stored run reused finished stages, its time is recorded
+    as a lower bound: `ebm-jax list` prints "over ...", the README's column leaves it
+    out; a whole run's time stored later replaces it."""
+    from ebm_jax.config_catalog import wall_time_text, wall_times
+    from ebm_jax.report.experiments_table import time_cell
+
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    workdir = tmp_path / "w"
+    assert cli.main(["run", f"{cfg}:small", "--workdir", str(workdir), "--out",
+                     str(tmp_path / "first"), "--no-progress"]) == 0  # trains the stage
+    out = tmp_path / "second"
+    assert cli.main(["run", f"{cfg}:small", "--workdir", str(workdir), "--out", str(out),
+                     "--no-progress"]) == 0
+    lines = []
+    stored.store(root, out, "toy-small", log=lines.append)
+    assert "recorded in wall_times.json as a lower bound" in lines[0]
+    (entry,) = wall_times(root / "experiments")[str(cfg)]["small"]
+    assert entry["reused_stages"] == 1 and "reused 1 finished stage(s)" in entry["note"]
+    assert wall_time_text([entry]).startswith("over ")
+    assert "reused 1 finished stage(s)" in wall_time_text([entry])
+    assert "not measured" in time_cell([str(cfg)], {str(cfg): {"quick": [entry]}})
+    stored.store(root, tmp_path / "first", "toy-small")  # the whole run replaces it
+    (entry,) = wall_times(root / "experiments")[str(cfg)]["small"]
+    assert "reused_stages" not in entry
