@@ -100,7 +100,10 @@ class RunContext:
         """Counts `stage_dir` as one of the run's stages (once, however often it is
         entered); `finished`: it was finished before this run, so it is loaded, and
         its time says nothing of the pace. The first stage entered to train starts the
-        pace's clock."""
+        pace's clock. A stage this run entered before (trained or loaded then) is not
+        counted again, nor as reused when it is entered again finished."""
+        if str(stage_dir) in self._stages[0]:
+            return
         first = not finished and not (self._stages[0] - self._stages[2])
         self._stages[0].add(str(stage_dir))
         if finished:

@@ -368,6 +368,19 @@ def test_a_resumed_runs_eta_counts_only_the_stages_it_trains(tmp_path, monkeypat
     assert ctx.eta() == "; the other 2 stage(s): about 20 min at this pace"
 
 
+def test_a_stage_trained_here_and_entered_again_finished_is_not_reused(tmp_path):
+    """A stage this run trained, entered again once finished (the MoCo screen's probe
+    loads the stage it has just trained), counts once and not as reused: the run's
+    wall time stays a whole run's."""
+    ctx = RunContext(tmp_path / "w", planned_stages=2, lock=False)
+    ctx.enter_stage("w/a")
+    ctx.enter_stage("w/a", finished=True)
+    assert ctx.stages_started == 1 and ctx.stages_reused == 0
+    ctx.enter_stage("w/b", finished=True)  # finished before this run: reused
+    ctx.enter_stage("w/b", finished=True)
+    assert ctx.stages_started == 2 and ctx.stages_reused == 1
+
+
 def test_the_work_before_the_first_stage_is_not_part_of_the_pace(tmp_path, monkeypatch):
     """Data and proposals made once before the first stage (23 min of TOP maps before
     a 4 min MoCo stage) do not make every later stage look 23 min longer."""
