@@ -20,6 +20,8 @@ from ebm_jax.models.tracking_backbones import backbone_title
 from ebm_jax.report import Report
 from ebm_jax.report.statistics import paired_seeds_and_sequences
 from ebm_jax.report.tables import fmt, markdown_table, mean_sd_cell
+from ebm_jax.report.socl_figures import (bar_figure, budget_figure, recall_figure,
+                                         sweep_figure)
 from ebm_jax.report.tracking import start_markdown, training_data_name
 
 GOT10K_FRAMES = 1.4e6  # boxes in GOT-10k's train split (the paper's Table 4)
@@ -53,61 +55,6 @@ def fees(cfg, training: Mapping[str, list[dict]], tops: Mapping[str, Mapping],
             "point": {"hours": GOT10K_FRAMES * cfg.point_seconds / 3600,
                       "fee": GOT10K_FRAMES * cfg.point_fee}},
     }
-
-
-def _bar_figure(labels, rows, title):
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.1 * len(labels)), 3.4), dpi=120)
-    for i, lab in enumerate(labels):
-        v = 100 * np.asarray([r["auc"] for r in rows[lab]])
-        ax.bar(i, v.mean(), yerr=v.std(ddof=1) if len(v) > 1 else None, capsize=4,
-               color="tab:red" if "SoCL" in lab or "LST" in lab else "tab:blue", alpha=0.8)
-        ax.plot(np.full(len(v), i), v, "k.", ms=4)
-    ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7, ha="right")
-    ax.set(ylabel="AUC (%)", title=title)
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
-def _sweep_figure(groups: Mapping[str, Sequence], rows, xlabel: str, title: str,
-                  hline: str | None = None, start: str | None = None):
-    """AUC (mean +- sd over seeds) against the swept value of each group of arms, with
-    the arm `hline` (Fig. 8's SoCL-Siam) and the `start` the arms train from as levels."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.4), dpi=120,
-                             squeeze=False)
-    for ax, (name, arms) in zip(axes[0], groups.items()):
-        x = np.asarray([a.x for a in arms], np.float64)
-        v = np.asarray([[r["auc"] for r in rows[a.label]] for a in arms]) * 100
-        sd = v.std(axis=1, ddof=1) if v.shape[1] > 1 else np.zeros(len(x))
-        ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4, label=name)
-        if hline is not None:
-            _level_line(ax, rows[hline], hline, "tab:red")
-        if start is not None:
-            _level_line(ax, rows[start], start, "tab:gray")
-        ax.set(xlabel=xlabel if len(groups) == 1 else name, ylabel="AUC (%)", title=title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def recall_figure(curves: Mapping[str, np.ndarray], ks: np.ndarray):
-    """Target recall at IoU 0.5 against the number of kept proposals (paper Fig. 4)."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.2, 3.4), dpi=120)
-    for name, r in curves.items():
-        ax.plot(ks, r, marker=".", label=f"{name} points")
-    ax.set(xscale="log", xlabel="kept proposals (after NMS)", ylabel="target recall (IoU 0.5)",
-           ylim=(0, 1), title="TOP proposals, generated train split")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def top_recall(tops: Mapping, train, ks=(1, 2, 4, 8, 16, 32, 64)) -> dict:
@@ -344,119 +291,21 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     if exp == "figure7":
         groups = {"theta_b": [a for a in arms if a.label.startswith("theta_b")],
                   "b_p (theta_p ~ U[b_p, 1))": [a for a in arms if a.label.startswith("b_p")]}
-        figures["sweeps.png"] = functools.partial(_sweep_figure, groups, rows, "", title)
+        figures["sweeps.png"] = functools.partial(sweep_figure, groups, rows, "", title)
     elif exp == "figure8":
         groups = {"BCE-Siam on pseudo boxes": [a for a in arms if a.method == "bce-siam"]}
-        figures["sweeps.png"] = functools.partial(_sweep_figure, groups, rows,
+        figures["sweeps.png"] = functools.partial(sweep_figure, groups, rows,
                                                   "alpha (pseudo-box threshold)", title,
                                                   hline="SoCL-Siam", start=start)
     elif exp == "table2":
         groups = {m: [a for a in arms if a.method == m] for m in ("box-siam", "socl")}
-        figures["sweeps.png"] = functools.partial(_budget_figure, groups, rows, title,
+        figures["sweeps.png"] = functools.partial(budget_figure, groups, rows, title,
                                                   start)
     else:
-        figures["auc.png"] = functools.partial(_bar_figure, labels, rows, title)
+        figures["auc.png"] = functools.partial(bar_figure, labels, rows, title)
     name = next(iter(k for k in figures if k in ("auc.png", "sweeps.png")), None)
     if name:
         md.append(f"![AUC of each arm]({name})\n")
     if len(diag) > 1:
         md += diag
     return Report(payload, "\n".join(md), figures)
-
-
-def _level_line(ax, rows, label: str, color: str) -> None:
-    """An arm of no x (SoCL-Siam in Fig. 8, the start in Table 2) as a horizontal line
-    at its mean AUC over seeds, with a band of +- sd."""
-    h = 100 * np.asarray([r["auc"] for r in rows])
-    ax.axhline(h.mean(), color=color, label=f"{label} (mean +- sd)")
-    if len(h) > 1:
-        ax.axhspan(h.mean() - h.std(ddof=1), h.mean() + h.std(ddof=1), color=color,
-                   alpha=0.15)
-
-
-def _budget_figure(groups, rows, title, start=None):
-    """AUC against annotation hours, Box-Siam and SoCL-Siam (paper Fig. 9), and the
-    start both train from where the table has it."""
-    import matplotlib.pyplot as plt
-
-    from matplotlib.ticker import NullFormatter
-
-    fig, ax = plt.subplots(figsize=(4.6, 3.4), dpi=120)
-    budgets = sorted({a.x for arms in groups.values() for a in arms})
-    for name, arms in groups.items():
-        x = np.asarray([a.x for a in arms])
-        v = 100 * np.asarray([[r["auc"] for r in rows[a.label]] for a in arms])
-        sd = v.std(axis=1, ddof=1) if v.shape[1] > 1 else None
-        ax.errorbar(x, v.mean(1), yerr=sd, marker="o", capsize=4,
-                    label="Box-Siam" if name == "box-siam" else "SoCL-Siam")
-    if start is not None:
-        _level_line(ax, rows[start], start, "tab:gray")
-    ax.set(xscale="log", xlabel="annotation hours", ylabel="AUC (%)", title=title)
-    ax.set_xticks(budgets, [f"{h:g}" for h in budgets])  # the budgets, not powers of 10
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
-
-
-def moco_screen_report(cfg, rows: Mapping[str, Mapping], train) -> Report:
-    """The MoCo start's screen (`ebm_jax.recipes.tracking.backbone_pretraining.screen`):
-    per setting its probe on the validation split (kNN k = 20 and linear accuracy, %,
-    with the binomial standard error over the validation images: one pretraining seed,
-    so the images are the one source of spread measured) and its final InfoNCE loss
-    beside chance, under the random initialisation's row; a bar plot of the same."""
-    first = next(iter(rows.values()))
-    n_train, n_val = first["probe"]["images"]
-
-    def cell(acc: float) -> str:
-        p = acc / 100
-        return f"{acc:.1f} ({100 * np.sqrt(p * (1 - p) / n_val):.1f})"
-
-    def label(r: Mapping) -> str:
-        s = r["settings"]
-        return f"queue {s['queue_size']} over {s['crops']} crops, {s['steps']} steps"
-
-    net = backbone_title(cfg.backbone, cfg.pretrained is not None, cfg.init)
-    body = [["random initialisation", "-", cell(first["probe"]["random"]["knn"]),
-             cell(first["probe"]["random"]["linear"]), "-"]]
-    for name, r in rows.items():
-        loss = "-" if r["final_loss"] is None else (
-            f"{r['final_loss']:.2f} ({r['chance_loss']:.2f})")
-        body.append([label(r), name, cell(r["probe"]["moco"]["knn"]),
-                     cell(r["probe"]["moco"]["linear"]), loss])
-    md = [f"## SoCL moco_start: the MoCo start of {net} width {cfg.width}, "
-          f"{len(train)} {training_data_name(cfg.train_data)} training sequences\n",
-          "### Scores\n",
-          f"The probe's validation split (digits on training photos: {n_train} training "
-          f"and {n_val} held-out images; the test split is not read), one pretraining "
-          "seed; accuracy % (its binomial standard error over the validation images).\n",
-          markdown_table(["MoCo pretraining", "setting", "val kNN (k = 20) %",
-                          "val linear %", "InfoNCE loss at the end (chance)"], body,
-                         align="llrrr"),
-          "![validation accuracy of each MoCo start](probe.png)\n"]
-    payload = {"experiment": "socl-moco_start", "split": "val",
-               "tables": {"screen": {k: dict(v) for k, v in rows.items()}}}
-
-    def figure():
-        import matplotlib.pyplot as plt
-
-        names = ["random"] + list(rows)
-        knn = [first["probe"]["random"]["knn"]] + [r["probe"]["moco"]["knn"]
-                                                   for r in rows.values()]
-        lin = [first["probe"]["random"]["linear"]] + [r["probe"]["moco"]["linear"]
-                                                      for r in rows.values()]
-        fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(names)), 3.4), dpi=120)
-        x = np.arange(len(names))
-        for off, vals, what in ((-0.2, knn, "kNN (k = 20)"), (0.2, lin, "linear")):
-            p = np.asarray(vals) / 100
-            ax.bar(x + off, 100 * p, width=0.4, yerr=100 * np.sqrt(p * (1 - p) / n_val),
-                   capsize=3, label=what, alpha=0.8)
-        ax.set_xticks(x, names, rotation=15, fontsize=7, ha="right")
-        ax.set(ylabel="val accuracy (%)", title=f"MoCo start, {net}: probe on val")
-        ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        return fig
-
-    return Report(payload, "\n".join(md), {"probe.png": figure})

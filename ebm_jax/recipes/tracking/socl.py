@@ -378,8 +378,9 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
     data, plan, validation = opened.data, opened.plan, opened.validation
     if cfg.experiment == "moco_start":  # no arm: the start's settings on the probe's val
         from ebm_jax.recipes.tracking.backbone_pretraining import screen
+        from ebm_jax.report.moco_start import moco_screen_report
 
-        return report.moco_screen_report(
+        return moco_screen_report(
             cfg, screen(cfg, ctx, tstages.held_out(data, cfg), cfg.moco_screen), data.train)
     arms = arms_of(cfg)
     if plan is None and budgeted(arms):
