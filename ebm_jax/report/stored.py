@@ -25,11 +25,13 @@ writes (a table copied from a run made before results carried their provenance):
     <!-- copy: python benchmarks/losses.py -->
 
 `check` fails on a table with neither, and on a copy naming a config or variant that no
-longer loads; `copies` counts the copies left to rerun and store.
+longer loads; `copies` counts the copies left to rerun and store, and `todo` lists
+them with the runs that replace them and those runs' measured wall times.
 
     python -m ebm_jax.report.stored store results/socl_table6_noisy_points/quick
     python -m ebm_jax.report.stored sync      # rewrite the included blocks
     python -m ebm_jax.report.stored check     # in sync and fresh? (the tests run it)
+    python -m ebm_jax.report.stored todo      # the hand copies left, and their runs
 
 `store` copies a finished run in (refusing one without provenance) and records its wall
 time, with its machine, in `experiments/wall_times.json` (`ebm-jax list` prints it); a
@@ -58,11 +60,13 @@ from ebm_jax.report.stored_runs import (RESULTS, compare_block, read_benchmark,
                                         read_results, run_command, stored_block,
                                         stored_names)
 
+# a marker is a line of its own (one quoted inside a line, as a page that explains them
+# shows it, is text)
 _BLOCK = re.compile(
-    rf"(?P<open><!-- (?P<kind>{BLOCK_KINDS}): "
+    rf"^(?P<open><!-- (?P<kind>{BLOCK_KINDS}): "
     r"(?P<arg>[^>]*?) -->\n)"
     r"(?P<body>.*?)"
-    r"(?P<close><!-- /(?P=kind) -->)", re.S)
+    r"(?P<close><!-- /(?P=kind) -->)", re.S | re.M)
 _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
 
 
@@ -117,6 +121,43 @@ def copies(root: Path) -> dict[str, int]:
         if n:
             counts[str(page.relative_to(root))] = n
     return counts
+
+
+def todo(root: Path) -> list[str]:
+    """The hand copies left, a line per set of runs that replaces them: the commands,
+    how many tables on which pages, and each run's measured wall times (from
+    `experiments/wall_times.json`, as `ebm-jax list` prints them), most tables first."""
+    from ebm_jax.config import CONFIG_ROOT, config_name, split_spec
+    from ebm_jax.config_catalog import wall_time_text, wall_times
+
+    times = wall_times(root / CONFIG_ROOT)
+    blocks: dict[str, dict[str, int]] = {}
+    for page in pages(root):
+        for arg in re.findall(r"^<!-- copy: (.*?) -->", page.read_text(), flags=re.M):
+            where = blocks.setdefault(" ".join(arg.split()), {})
+            rel = str(page.relative_to(root))
+            where[rel] = where.get(rel, 0) + 1
+    lines = []
+    for arg, where in sorted(blocks.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
+        n = sum(where.values())
+        head = (f"{n} table{'s' if n > 1 else ''} ("
+                + ", ".join(f"{k} {v}" for k, v in where.items()) + ")")
+        if arg == "rows":
+            lines.append(f"{head}: rows recorded by hand, each naming its command")
+            continue
+        if arg.startswith(("python ", "bash ")):
+            lines.append(f"{head}: `{arg}`")
+            continue
+        runs = []
+        for spec in arg.split():
+            path, variant = split_spec(spec)
+            name = config_name(path)
+            entries = times.get(f"{name}.py" if not name.endswith(".py") else name,
+                                {}).get(variant, [])
+            runs.append(f"`ebm-jax run {spec}`, "
+                        + (wall_time_text(entries) if entries else "not measured"))
+        lines.append(f"{head}: " + "; ".join(runs))
+    return lines
 
 
 def render_page(root: Path, page: Path, text: str) -> str:
@@ -320,6 +361,7 @@ def main(argv=None) -> int:
                    help="with --measured-seconds: where that time comes from")
     sub.add_parser("sync", help="fill the pages' stored and claims blocks")
     sub.add_parser("check", help="stored runs fresh, pages in sync, claims valid")
+    sub.add_parser("todo", help="the hand copies left, with the runs that replace them")
     args = parser.parse_args(argv)
     root = Path(args.root)
     try:
@@ -333,6 +375,8 @@ def main(argv=None) -> int:
         elif args.command == "sync":
             changed = sync(root)
             print(f"rewrote {', '.join(changed)}" if changed else "every page in sync")
+        elif args.command == "todo":
+            print("\n".join(todo(root)) or "no hand copies left")
         else:
             problems = check(root)
             print("\n".join(problems) if problems else "stored runs fresh, pages in sync")

@@ -310,3 +310,41 @@ def test_a_run_from_cached_stages_alone_is_a_lower_bound_in_list_not_in_the_read
     stored.store(root, tmp_path / "first", "toy-small")  # the whole run replaces it
     (entry,) = wall_times(root / "experiments")[str(cfg)]["small"]
     assert "reused_stages" not in entry
+
+
+def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(tmp_path, monkeypatch,
+                                                                   capsys):
+    """`stored todo`: a line per set of runs, most tables first, with each run's
+    measured wall time where wall_times.json has one."""
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
+    copy = f"<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}\n"
+    (root / "docs" / "toy.md").write_text(f"# Toy\n\n{copy}## Again\n\n{copy}")
+    (root / "docs" / "gpu.md").write_text(f"# GPU\n\n<!-- copy: rows -->\n<!-- /copy -->\n\n"
+                                          f"{table}")
+    assert stored.todo(root) == [
+        f"2 tables (docs/toy.md 2): `ebm-jax run {cfg}:small`, not measured",
+        "1 table (docs/gpu.md 1): rows recorded by hand, each naming its command"]
+    (root / "experiments" / "wall_times.json").write_text(json.dumps({str(cfg): {"small": [
+        {"seconds": 600.0, "machine": "2 CPU cores", "date": "2026-11-29",
+         "how": "docs/results/toy-small"}]}}))
+    assert stored.todo(root)[0].endswith(f"`ebm-jax run {cfg}:small`, 10 min (2 CPU cores)")
+    assert stored.main(["--root", str(root), "todo"]) == 0
+    assert "2 tables (docs/toy.md 2)" in capsys.readouterr().out
+    (root / "docs" / "toy.md").write_text("# Toy\n")
+    (root / "docs" / "gpu.md").write_text("# GPU\n")
+    assert stored.main(["--root", str(root), "todo"]) == 0
+    assert capsys.readouterr().out == "no hand copies left\n"
+
+
+def test_a_marker_quoted_inside_a_line_is_text(tmp_path, monkeypatch):
+    """A page that explains the markers quotes them in a line (a code block's comment);
+    only a marker on a line of its own is filled in."""
+    root, _ = _toy_repo(tmp_path, monkeypatch)
+    page = root / "docs" / "toy.md"
+    page.write_text("# Toy\n\n```bash\n# on the page: <!-- stored: gone -->\n"
+                    "#              <!-- /stored -->\n```\n")
+    assert stored.render_page(root, page, page.read_text()) == page.read_text()
+    page.write_text("# Toy\n\n<!-- stored: gone -->\n<!-- /stored -->\n")
+    with pytest.raises(stored.StoredError, match="gone"):
+        stored.render_page(root, page, page.read_text())
