@@ -113,13 +113,18 @@ def staleness(root: Path, name: str) -> str | None:
 # ------------------------------------------------------------------------- pages
 
 
+def _copy_labels(root: Path):
+    """(page under root, the label's argument) of every hand copy's label."""
+    for page in pages(root):
+        for arg in re.findall(r"^<!-- copy: (.*?) -->", page.read_text(), flags=re.M):
+            yield str(page.relative_to(root)), " ".join(arg.split())
+
+
 def copies(root: Path) -> dict[str, int]:
     """How many hand-copied tables each page has (its copy blocks)."""
-    counts = {}
-    for page in pages(root):
-        n = len(re.findall(r"^<!-- copy: ", page.read_text(), flags=re.M))
-        if n:
-            counts[str(page.relative_to(root))] = n
+    counts: dict[str, int] = {}
+    for page, _ in _copy_labels(root):
+        counts[page] = counts.get(page, 0) + 1
     return counts
 
 
@@ -132,11 +137,9 @@ def todo(root: Path) -> list[str]:
 
     times = wall_times(root / CONFIG_ROOT)
     blocks: dict[str, dict[str, int]] = {}
-    for page in pages(root):
-        for arg in re.findall(r"^<!-- copy: (.*?) -->", page.read_text(), flags=re.M):
-            where = blocks.setdefault(" ".join(arg.split()), {})
-            rel = str(page.relative_to(root))
-            where[rel] = where.get(rel, 0) + 1
+    for page, arg in _copy_labels(root):
+        where = blocks.setdefault(arg, {})
+        where[page] = where.get(page, 0) + 1
     lines = []
     for arg, where in sorted(blocks.items(), key=lambda kv: (-sum(kv[1].values()), kv[0])):
         n = sum(where.values())
@@ -151,9 +154,7 @@ def todo(root: Path) -> list[str]:
         runs = []
         for spec in arg.split():
             path, variant = split_spec(spec)
-            name = config_name(path)
-            entries = times.get(f"{name}.py" if not name.endswith(".py") else name,
-                                {}).get(variant, [])
+            entries = times.get(config_name(path), {}).get(variant, [])
             runs.append(f"`ebm-jax run {spec}`, "
                         + (wall_time_text(entries) if entries else "not measured"))
         lines.append(f"{head}: " + "; ".join(runs))
