@@ -422,3 +422,19 @@ def test_the_matmul_precision_holds_for_the_whole_run_and_its_stages(toy, tmp_pa
     assert jax.config.jax_default_matmul_precision is None  # restored after the run
     assert config_identity(toy.Config(matmul_precision="default")) != config_identity(
         toy.Config(matmul_precision="high"))
+
+
+def test_a_host_only_stage_is_shared_across_matmul_precisions(tmp_path):
+    """A stage computed by NumPy on the host (TOP maps: `host_only`) has one directory
+    under any matmul precision, so a run at "highest" reuses the default run's; every
+    other stage keeps its own."""
+    from ebm_jax.train.stages import RunContext
+
+    default = RunContext(tmp_path, lock=False)
+    highest = RunContext(tmp_path, lock=False,
+                         run_identity={"matmul_precision": "highest"})
+    identity = {"data": "abc", "every": 8}
+    assert (highest.stage_dir("top-clean", identity, host_only=True)
+            == default.stage_dir("top-clean", identity, host_only=True)
+            == default.stage_dir("top-clean", identity))
+    assert highest.stage_dir("socl-s0", identity) != default.stage_dir("socl-s0", identity)

@@ -192,8 +192,12 @@ class RunContext:
             return None
         return os.fspath(self.workdir / "data" / "file-digests.json")
 
-    def stage_dir(self, name: str, identity: Mapping) -> epath.Path:
-        if self.run_identity:
+    def stage_dir(self, name: str, identity: Mapping, *,
+                  host_only: bool = False) -> epath.Path:
+        """`<workdir>/<name>-<hash of identity>`; the run's own identity (its matmul
+        precision) joins the hash unless the stage is `host_only`: computed by NumPy on
+        the host, with no JAX program (TOP maps), so the same under any precision."""
+        if self.run_identity and not host_only:
             identity = {**identity, "run": dict(self.run_identity)}
         return self.workdir / f"{name}-{content_hash(identity, 8)}"
 

@@ -4,6 +4,8 @@ same noise, for L = 1, 16 and 256; the hand-written gradient in y equals autodif
 padding the hidden width changes nothing; ML-MCMC's loss and its gradients in the
 network's parameters are the reference path's; bad settings are one line."""
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,3 +110,34 @@ def test_an_energy_without_its_arrays_is_refused_for_the_fused_path():
     with pytest.raises(ValueError, match="chain_weights"):
         ml_mcmc_loss(lambda x, y: jnp.sum(y), jnp.zeros(1), jnp.zeros(1),
                      jax.random.key(0), num_steps=2, step_size=0.1, fused=True)
+
+
+def test_the_kernel_lowers_to_triton_for_a_gpu(net, monkeypatch):
+    """What a GPU compiles, checked on the CPU: Pallas's Triton lowering takes the kernel
+    (2D values, no slices of values, no matrix-vector products), vmapped over examples
+    and models and under ML-MCMC's parameter gradient, at the paper's M = 1024 and at an
+    M below one tile (padded). The lowering asks the GPU for its compute capability;
+    an H100's (9.0) stands in for it."""
+    registration = pytest.importorskip("jax._src.pallas.triton.pallas_call_registration")
+    info = getattr(registration, "gpu_info_lib", None)
+    if info is None or not hasattr(info, "get_gpu_info"):
+        pytest.skip("this JAX's Triton lowering reads the GPU another way")
+    monkeypatch.setattr(info, "get_gpu_info",
+                        lambda: types.SimpleNamespace(compute_capability="9.0"))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # no interpret mode
+    graph, params = nnx.split(net)
+
+    def grads(ps, xs, ys, key, num_samples):
+        def batch(p):
+            model = nnx.merge(graph, p)
+            return jnp.mean(jax.vmap(lambda x, y: ml_mcmc_loss(
+                model, x, y, key, num_steps=4, step_size=0.1, num_samples=num_samples,
+                fused=True))(xs, ys))
+        return jax.vmap(jax.grad(batch))(ps)
+
+    models = jax.tree.map(lambda a: jnp.stack([a, a]), params)
+    for num_samples in (1024, 8):
+        text = jax.jit(grads, static_argnums=4).trace(
+            models, jnp.zeros((4, 1)), jnp.zeros((4, 1)), jax.random.key(0), num_samples
+        ).lower(lowering_platforms=("cuda",)).as_text()
+        assert text.count("__gpu$xla.gpu.triton") == 1  # the chains: one kernel

@@ -114,8 +114,8 @@ def top_cache(ctx, sequences, data_identity, kind: str, every: int, *,
     settings = TOP_SETTINGS
     identity = {"data": data_identity, "points": kind, "every": every,
                 "settings": dataclasses.asdict(settings)}
-    cache = ItemCache(ctx, ctx.stage_dir(f"{name}-{kind}", identity), identity,
-                      what="TOP cache")
+    cache = ItemCache(ctx, ctx.stage_dir(f"{name}-{kind}", identity, host_only=True),
+                      identity, what="TOP cache")
     plan = [(i, seq, annotated_frames(seq, kind, every)) for i, seq in enumerate(sequences)]
     out, todo = {}, []
     bar = tqdm(total=sum(len(f) for _, _, f in plan), desc=f"TOP maps ({kind} points)",
