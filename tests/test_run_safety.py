@@ -403,25 +403,58 @@ def test_a_damaged_checkpoint_is_one_line_from_the_command(toy, tmp_path, monkey
 
 
 def test_the_matmul_precision_holds_for_the_whole_run_and_its_stages(toy, tmp_path):
-    """--config.matmul_precision away from "default" is set around the whole run (every
-    program traced under it), says so, and makes every stage its own; at "default" the
-    run and its stage directories are as without the setting (no stored run goes
-    stale)."""
+    """--config.matmul_precision is set around the whole run (every program traced
+    under it). At its default, "highest" (full float32, what a CPU computes anyway),
+    the run's stage directories are as without the setting (no stored run goes stale);
+    set to "default" (the backend's fast passes) the run says so and every stage is its
+    own."""
     import jax
 
     from ebm_jax.config import config_identity
 
     logs = []
     run_experiment(toy.Config(), workdir=tmp_path / "w", progress=False, log=logs.append)
-    default = dict(toy.SEEN)
-    run_experiment(toy.Config(matmul_precision="highest"), workdir=tmp_path / "w",
+    highest = dict(toy.SEEN)
+    assert highest["precision"] == "highest"
+    assert not any("float32 matmuls" in line for line in logs)  # a CPU: nothing to say
+    run_experiment(toy.Config(matmul_precision="default"), workdir=tmp_path / "w",
                    progress=False, log=logs.append)
-    assert default["precision"] is None and toy.SEEN["precision"] == "highest"
-    assert toy.SEEN["stage_dir"] != default["stage_dir"]
-    assert "float32 matmuls at precision 'highest' (--config.matmul_precision)" in logs
+    assert toy.SEEN["precision"] is None  # the backend's own
+    assert toy.SEEN["stage_dir"] != highest["stage_dir"]
+    assert "float32 matmuls at precision 'default' (--config.matmul_precision)" in logs
     assert jax.config.jax_default_matmul_precision is None  # restored after the run
+    assert config_identity(toy.Config()) == config_identity(
+        toy.Config(matmul_precision="highest"))
     assert config_identity(toy.Config(matmul_precision="default")) != config_identity(
         toy.Config(matmul_precision="high"))
+
+
+def test_a_cpu_computes_float32_alike_at_every_matmul_precision():
+    """Why "highest" can be the default without a rerun: on a CPU a convolution, a
+    matrix product and their gradient are bitwise the same under "default" and
+    "highest" (the stored results, all made on CPUs, hold either way)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    if jax.default_backend() != "cpu":
+        pytest.skip("a statement about the CPU backend")
+    key = jax.random.key(0)
+    x = jax.random.normal(key, (4, 16, 16, 8))
+    w = jax.random.normal(jax.random.fold_in(key, 1), (3, 3, 8, 16))
+    m = jax.random.normal(jax.random.fold_in(key, 2), (16 * 14 * 14, 32))
+
+    def loss(w):
+        y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jnp.sum(jnp.tanh(y.reshape(4, -1) @ m) ** 2)
+
+    out = {}
+    for precision in ("default", "highest"):
+        with jax.default_matmul_precision(precision):
+            out[precision] = jax.jit(jax.value_and_grad(loss))(w)
+    for a, b in zip(out["default"], out["highest"]):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_a_host_only_stage_is_shared_across_matmul_precisions(tmp_path):

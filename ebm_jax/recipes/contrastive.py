@@ -64,11 +64,13 @@ class Config:
     """The defaults are the quick profile: a small ResNet-18 on 16x16 digits."""
 
     main: str = "moco"  # "moco" or "instdisc": the method of the main table
-    # the precision of float32 matrix products and convolutions on a GPU or TPU
-    # (`jax.default_matmul_precision`): "default" (the backend's fast passes, TF32 on
-    # NVIDIA GPUs), "high" or "highest" (full float32); a CPU computes float32 either
-    # way. Set otherwise, every stage of the run is its own (`RunContext.run_identity`)
-    matmul_precision: str = dataclasses.field(default="default", metadata=ADDED_FIELD)
+    # the precision of float32 matrix products and convolutions
+    # (`jax.default_matmul_precision`): "highest" (full float32: what a CPU computes
+    # under any setting, so every result made on a CPU), "high", or "default" (the
+    # backend's fast passes, TF32 on NVIDIA GPUs, which moved a MoCo start and SoCL by
+    # several AUC points on one GPU: docs/gpu.md). Set away from "highest", every stage
+    # of the run is its own (`RunContext.run_identity`)
+    matmul_precision: str = dataclasses.field(default="highest", metadata=ADDED_FIELD)
     tables: tuple[str, ...] = ("main",)  # of TABLES
     data: str = "embedded"  # embedded, digits, opencv-digits, digits-on-photos, cifar10, folder
     # "test": train on the training split, score on the test split (the reported

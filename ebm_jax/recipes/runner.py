@@ -58,6 +58,16 @@ def default_workdir(cfg) -> str:
     return getattr(recipe_of(cfg), "WORKDIR", None) or f"runs/{recipe_name(cfg)}"
 
 
+def matmul_precision(cfg) -> tuple[str, str]:
+    """(the run's float32 matmul precision, its config's default): "default" (the
+    backend's own) for a config without the `matmul_precision` field."""
+    fields = {f.name: f for f in dataclasses.fields(cfg)} if dataclasses.is_dataclass(
+        cfg) else {}
+    if "matmul_precision" not in fields:
+        return "default", "default"
+    return cfg.matmul_precision, fields["matmul_precision"].default
+
+
 def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
                    distributed: bool = False, restart: bool = False,
                    progress: bool = True, command: str | None = None,
@@ -104,14 +114,15 @@ def run_experiment(cfg, *, workdir=None, out=None, devices: int | None = None,
             writable_dir("--workdir", workdir)
         mesh = make_mesh(int(devices))
         count = getattr(recipe, "count_stages", None)  # "stage i of n", the run's ETA
-        precision = getattr(cfg, "matmul_precision", "default")
+        precision, usual = matmul_precision(cfg)
         ctx = RunContext(workdir, mesh=mesh, seed=getattr(cfg, "seed", 0),
                          restart=restart, progress=progress, writer=writer, log=log,
                          planned_stages=None if count is None else count(cfg),
-                         run_identity={} if precision == "default" else {
+                         run_identity={} if precision == usual else {
                              "matmul_precision": precision})
         if precision != "default":  # every program of the run traced under it
             held.enter_context(jax.default_matmul_precision(precision))
+        if precision != usual or jax.default_backend() != "cpu":
             log(f"float32 matmuls at precision {precision!r} "
                 "(--config.matmul_precision)")
         started = time.time()

@@ -28,7 +28,7 @@ class Config:
     die_at: int | None = None
     widths: tuple[int, ...] = (3,)
     seed: int = 0
-    matmul_precision: str = dataclasses.field(default="default", metadata=ADDED_FIELD)
+    matmul_precision: str = dataclasses.field(default="highest", metadata=ADDED_FIELD)
 
     def __post_init__(self):
         c = Checks(self)

@@ -62,11 +62,13 @@ class Config:
     about 35-40 min on 2 CPU cores); config files start from `preset`."""
 
     train_data: str = "generated"  # "generated", or "got10k" (needs got10k_root)
-    # the precision of float32 matrix products and convolutions on a GPU or TPU
-    # (`jax.default_matmul_precision`): "default" (the backend's fast passes, TF32 on
-    # NVIDIA GPUs), "high" or "highest" (full float32); a CPU computes float32 either
-    # way. Set otherwise, every stage of the run is its own (`RunContext.run_identity`)
-    matmul_precision: str = dataclasses.field(default="default", metadata=ADDED_FIELD)
+    # the precision of float32 matrix products and convolutions
+    # (`jax.default_matmul_precision`): "highest" (full float32: what a CPU computes
+    # under any setting, so every result made on a CPU), "high", or "default" (the
+    # backend's fast passes, TF32 on NVIDIA GPUs, which moved a MoCo start and SoCL by
+    # several AUC points on one GPU: docs/gpu.md). Set away from "highest", every stage
+    # of the run is its own (`RunContext.run_identity`)
+    matmul_precision: str = dataclasses.field(default="highest", metadata=ADDED_FIELD)
     data_root: str | None = None  # where the generated benchmark goes (default <workdir>/data)
     # how the generated splits are stored and read: "records" (ArrayRecord, written
     # once, pairs streamed through grain; `ebm_jax.data.tracking_records`) or "folders"
