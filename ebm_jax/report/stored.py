@@ -241,13 +241,17 @@ def check(root: Path) -> list[str]:
 
 
 def store(root: Path, run: Path, name: str | None = None,
-          measured: tuple[float, str] | None = None, log=print) -> Path:
+          measured: tuple[float, str] | None = None, log=print,
+          without: tuple[tuple[str, ...], str] | None = None) -> Path:
     """Copies the finished run in `run` to `docs/results/<name>` (default
     `<config>-<variant>`) and records its wall time in experiments/wall_times.json:
     its own where it trained every stage, else `measured` = (seconds, where they come
     from), the wall time of the run that trained them, if given. `run` may also be a
     benchmark's report, `<out>/<stem>.json` beside its `<stem>.md` (stored as
-    results.json and results.md, default name `bench-<stem>`)."""
+    results.json and results.md, default name `bench-<stem>`). `without` = (figures,
+    why): figures the run lists but that did not come back from where it ran (a lent
+    machine), stored without them; results.json says which and why
+    (`stored_without`)."""
     sources = {"results.json": "results.json", "results.md": "results.md"}
     if run.suffix == ".json":  # a benchmark's <stem>.json and <stem>.md
         sources = {"results.json": run.name, "results.md": run.with_suffix(".md").name}
@@ -278,6 +282,16 @@ def store(root: Path, run: Path, name: str | None = None,
     if not re.fullmatch(r"[\w.-]+", name):
         raise StoredError(f"--as must be letters, digits, '_', '-' or '.', got {name!r}")
     files = data["ebm_jax"].get("files") or ["results.json", "results.md"]
+    if without is not None:
+        lost, why = without
+        bad = [f for f in lost if f not in files or f in ("results.json", "results.md")]
+        if bad or not lost or not why.strip():
+            raise StoredError(f"--without must name figures the run lists ({files}, not "
+                              f"results.json or results.md), with --without-why; got "
+                              f"{list(lost)}")
+        files = [f for f in files if f not in lost]
+        data["ebm_jax"]["files"] = files
+        data["ebm_jax"]["stored_without"] = {"files": list(lost), "why": why}
     target = root / RESULTS / name
     staging = target.with_name(f".{name}.new")
     if staging.exists():
@@ -290,7 +304,7 @@ def store(root: Path, run: Path, name: str | None = None,
             raise StoredError(f"{run}: lists {f} among its files, but it is missing")
         (staging / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, staging / f)
-    if measured is not None:  # the whole run's time, with where it comes from
+    if measured is not None or without is not None:  # what the store adds to the record
         (staging / "results.json").write_text(json.dumps(data, indent=2) + "\n")
     if target.exists():
         shutil.rmtree(target)
@@ -360,6 +374,10 @@ def main(argv=None) -> int:
                    "that trained them")
     s.add_argument("--measured-by", default=None,
                    help="with --measured-seconds: where that time comes from")
+    s.add_argument("--without", action="append", default=None, metavar="FIGURE",
+                   help="a figure the run lists that did not come back from where it "
+                   "ran (repeatable); stored without it, with --without-why")
+    s.add_argument("--without-why", default=None, help="with --without: why it is missing")
     sub.add_parser("sync", help="fill the pages' stored and claims blocks")
     sub.add_parser("check", help="stored runs fresh, pages in sync, claims valid")
     sub.add_parser("todo", help="the hand copies left, with the runs that replace them")
@@ -372,7 +390,11 @@ def main(argv=None) -> int:
                 raise StoredError("--measured-seconds and --measured-by go together")
             if args.measured_seconds is not None:
                 measured = (args.measured_seconds, args.measured_by)
-            print(f"stored {store(root, Path(args.run), args.name, measured)}")
+            if (args.without is None) != (args.without_why is None):
+                raise StoredError("--without and --without-why go together")
+            without = None if args.without is None else (tuple(args.without),
+                                                         args.without_why)
+            print(f"stored {store(root, Path(args.run), args.name, measured, without=without)}")
         elif args.command == "sync":
             changed = sync(root)
             print(f"rewrote {', '.join(changed)}" if changed else "every page in sync")

@@ -348,3 +348,27 @@ def test_a_marker_quoted_inside_a_line_is_text(tmp_path, monkeypatch):
     page.write_text("# Toy\n\n<!-- stored: gone -->\n<!-- /stored -->\n")
     with pytest.raises(stored.StoredError, match="gone"):
         stored.render_page(root, page, page.read_text())
+
+
+def test_a_run_whose_figure_did_not_come_back_is_stored_saying_so(tmp_path, monkeypatch,
+                                                                    capsys):
+    """A run made on a lent machine whose figures were not brought back: storing it
+    names the missing file; `without` stores the rest, and results.json says which
+    figures are missing and why; naming results.md (or a file the run does not list)
+    is refused."""
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    assert cli.main(["run", f"{cfg}:small", "--workdir", str(tmp_path / "w"), "--out",
+                     str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    (out / "toy.png").unlink()
+    with pytest.raises(stored.StoredError, match="lists toy.png among its files"):
+        stored.store(root, out, "toy-small")
+    for bad in (("results.md",), ("other.png",)):
+        with pytest.raises(stored.StoredError, match="--without must name figures"):
+            stored.store(root, out, "toy-small", without=(bad, "not copied"))
+    target = stored.store(root, out, "toy-small", without=(("toy.png",), "not copied"))
+    data = json.loads((target / "results.json").read_text())["ebm_jax"]
+    assert data["stored_without"] == {"files": ["toy.png"], "why": "not copied"}
+    assert "toy.png" not in data["files"] and not (target / "toy.png").exists()
+    assert sorted(p.name for p in target.iterdir()) == ["results.json", "results.md"]
