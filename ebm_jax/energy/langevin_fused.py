@@ -183,6 +183,9 @@ def fused_langevin_chains(weights: dict, x: jax.Array, y0: jax.Array, noise: jax
         padded = -(-m // block) * block
     else:
         block = check_block(m if block is None else block, m)
+        if not interpret and block & (block - 1):
+            raise ValueError(f"block must be a power of two on a GPU (Triton's tiles), "
+                             f"got {block}; leave it unset to pad the chains to one")
         padded = m
     num_steps = noise.shape[0]
     # the samples carry no gradient: nothing is differentiated through the kernel

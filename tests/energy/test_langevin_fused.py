@@ -106,6 +106,15 @@ def test_bad_settings_are_one_line(net, change, says):
         fused_langevin_chains(net.chain_weights(), **args)
 
 
+def test_a_block_a_gpu_cannot_tile_is_one_line(net):
+    """Outside interpret mode (a GPU) a block must be a power of two, said before any
+    compiling; unset, the chains are padded to one."""
+    with pytest.raises(ValueError, match="block must be a power of two on a GPU"):
+        fused_langevin_chains(net.chain_weights(), jnp.zeros((1, 1)), jnp.zeros((1, 12)),
+                              jnp.zeros((2, 1, 12)), step_size=0.1, block=6,
+                              interpret=False)
+
+
 def test_an_energy_without_its_arrays_is_refused_for_the_fused_path():
     with pytest.raises(ValueError, match="chain_weights"):
         ml_mcmc_loss(lambda x, y: jnp.sum(y), jnp.zeros(1), jnp.zeros(1),
