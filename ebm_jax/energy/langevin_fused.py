@@ -30,9 +30,9 @@ import jax.numpy as jnp
 
 from ebm_jax import checks
 
-# the network's arrays the kernel takes (`ToyEnergyMLP.chain_weights`)
 # the samples of one grid cell on a GPU, at most (`fused_langevin_chains`' block)
 GPU_BLOCK = 128
+# the network's arrays the kernel takes (`ToyEnergyMLP.chain_weights`)
 WEIGHTS = ("x1_w", "x1_b", "x2_w", "x2_b", "y1_w", "y1_b", "joint_w", "joint_b",
            "res1_w", "res1_b", "res2_w", "res2_b", "out_w", "out_b")
 
@@ -154,8 +154,8 @@ def fused_langevin_chains(weights: dict, x: jax.Array, y0: jax.Array, noise: jax
     `block` samples). `block` must divide M; default: all M in interpret mode, else
     the next power of two >= max(16, M) up to `GPU_BLOCK`, M padded up to a multiple
     of it (Triton's tiles are powers of two of at least 16). `interpret`: Pallas's
-    interpret mode (default: on a CPU backend). `step_size` alpha > 0 (an array is used as it is, checked where it
-    was set). `pad_to`: the hidden width the kernel runs at (`pad_hidden`; default:
+    interpret mode (default: on a CPU backend). `step_size` alpha > 0 (an array is
+    used as it is, checked where it was set). `pad_to`: the hidden width the kernel runs at (`pad_hidden`; default:
     unpadded in interpret mode, else the next power of two >= 16)."""
     from jax.experimental import pallas as pl
 
