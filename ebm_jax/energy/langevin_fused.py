@@ -155,8 +155,9 @@ def fused_langevin_chains(weights: dict, x: jax.Array, y0: jax.Array, noise: jax
     the next power of two >= max(16, M) up to `GPU_BLOCK`, M padded up to a multiple
     of it (Triton's tiles are powers of two of at least 16). `interpret`: Pallas's
     interpret mode (default: on a CPU backend). `step_size` alpha > 0 (an array is
-    used as it is, checked where it was set). `pad_to`: the hidden width the kernel runs at (`pad_hidden`; default:
-    unpadded in interpret mode, else the next power of two >= 16)."""
+    used as it is, checked where it was set). `pad_to`: the hidden width the kernel
+    runs at (`pad_hidden`; default: unpadded in interpret mode, else the next power of
+    two >= 16)."""
     from jax.experimental import pallas as pl
 
     missing = [k for k in WEIGHTS if k not in weights]

@@ -394,7 +394,8 @@ def main(argv=None) -> int:
                 raise StoredError("--without and --without-why go together")
             without = None if args.without is None else (tuple(args.without),
                                                          args.without_why)
-            print(f"stored {store(root, Path(args.run), args.name, measured, without=without)}")
+            target = store(root, Path(args.run), args.name, measured, without=without)
+            print(f"stored {target}")
         elif args.command == "sync":
             changed = sync(root)
             print(f"rewrote {', '.join(changed)}" if changed else "every page in sync")
