@@ -210,7 +210,9 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
           f"{cfg.videos} videos, {len(train)} {training_data_name(cfg.train_data)} "
           "training sequences"
           + (f" in scene groups of {cfg.scene_group}" if cfg.scene_group > 1 else "")
-          + (" (targets on one path)" if cfg.scene_path else "") + "\n",
+          + (" (targets on one path)" if cfg.scene_path else "")
+          + (", a MoCo start per seed" if getattr(cfg, "moco_per_seed", False) else "")
+          + "\n",
           "### Scores\n",
           f"Generated {split} split, {static_row['num_sequences']} sequences, "
           f"{static_row['num_frames']} frames ({spread}; scores in %).\n",
@@ -226,7 +228,8 @@ def socl_report(cfg, arms, rows: Mapping[str, list[dict]], training, static_row:
     if diagnostics is not None:
         diag += diagnostics_markdown(diagnostics)
     if start is not None:  # the MoCo-pretrained backbone every arm starts from
-        diag.append(start_markdown(start["probe"], start["settings"]) + "\n")
+        diag.append(start_markdown(start["probe"], start["settings"],
+                                   start.get("per_seed")) + "\n")
     payload = {"experiment": f"socl-{exp}", "split": split,
                "arms": [a.describe() for a in arms],
                "tables": {"arms": rows, "static": static_row}, "paired": diffs,

@@ -37,15 +37,34 @@ def training_data_name(train_data: str) -> str:
     return {"generated": "generated", "got10k": "GOT-10k"}.get(train_data, train_data)
 
 
-def start_markdown(probe: Mapping, settings: Mapping) -> str:
+def start_markdown(probe: Mapping, settings: Mapping,
+                   per_seed: Sequence[Mapping] | None = None) -> str:
     """The MoCo-pretrained start's section (`ebm_jax.recipes.tracking.backbone_pretraining`): its
-    settings and its probe on digits-on-photos beside the random initialisation."""
+    settings and its probe on digits-on-photos beside the random initialisation; with
+    `per_seed` (each training seed's own start, `backbone_pretraining.start_figures`),
+    one row per seed: its MoCo seed, final InfoNCE loss and probe."""
     n_train, n_test = probe["images"]
+    about = (f"MoCo on {settings['crops']} unlabelled crops of the training "
+             f"frames and photos ({settings['steps']} steps of {settings['batch_size']}, "
+             f"{settings['input_size']} px views, queue {settings['queue_size']})")
+    if per_seed:
+        rows = [[str(r["seed"]), str(r["settings"]["seed"]), fmt(r["final_loss"], ".3f"),
+                 fmt(r["probe"]["random"]["knn"], ".1f"),
+                 fmt(r["probe"]["random"]["linear"], ".1f"),
+                 fmt(r["probe"]["moco"]["knn"], ".1f"),
+                 fmt(r["probe"]["moco"]["linear"], ".1f")]
+                for r in per_seed]
+        return (f"\nBackbone starts, one per training seed: {about}, each pretrained with "
+                f"its own MoCo seed. Their final InfoNCE loss (chance "
+                f"{fmt(per_seed[0]['chance_loss'], '.2f')}) and probe on digits-on-photos "
+                f"({n_train} training / {n_test} test images, cell mean of the embedding; "
+                f"accuracy %), at random initialisation and after MoCo:\n\n"
+                + markdown_table(["seed", "MoCo seed", "final loss", "random kNN",
+                                  "random linear", "MoCo kNN", "MoCo linear"], rows,
+                                 align="lrrrrrr"))
     rows = [[name, fmt(probe[key]["knn"], ".1f"), fmt(probe[key]["linear"], ".1f")]
             for name, key in (("random initialisation", "random"), ("MoCo", "moco"))]
-    return (f"\nBackbone start: MoCo on {settings['crops']} unlabelled crops of the training "
-            f"frames and photos ({settings['steps']} steps of {settings['batch_size']}, "
-            f"{settings['input_size']} px views, queue {settings['queue_size']}). Its "
+    return (f"\nBackbone start: {about}. Its "
             f"probe on digits-on-photos ({n_train} training / {n_test} test images, cell "
             f"mean of the embedding; accuracy %):\n\n"
             + markdown_table(["backbone", "kNN (k = 20)", "linear"], rows, align="lrr"))

@@ -19,12 +19,15 @@ training frames; no ImageNet weights offline), fine-tuned with the backbone lear
 rate x0.1 chosen on validation (`ebm_jax.recipes.tracking.socl.MOCO_START`).
 moco160: the same on 160 training videos, each annotated every 8th frame; moco160_path:
 the same with the scene shortcut removed (targets in groups of 4 on one path; the
-docs' "SoCL from the MoCo start").
+docs' "SoCL from the MoCo start"). moco160_path_starts: moco160_path with a MoCo start
+per seed (each seed pretrains its own; `--config.moco_per_seed`), so that the sd over
+seeds holds the start's variation.
 """
 
 from ebm_jax.recipes.tracking.socl import MOCO160, Config, preset
 
-STUDIES = {**MOCO160, "moco_start": ("moco", dict(experiment="moco_start"))}
+STUDIES = {**MOCO160, "moco160_path_starts": ("moco160_path", dict(moco_per_seed=True)),
+           "moco_start": ("moco", dict(experiment="moco_start"))}
 VARIANTS = ("quick", "tiny", "paper", "moco", *STUDIES)
 
 REFERENCE = (("OTB-13 AUC: GST / +SNS / +mix-up / +LST", "55.1 / 57.8 / 58.1 / 60.9"),

@@ -243,3 +243,70 @@ def test_the_moco_start_screen_trains_a_stage_per_setting_and_probes_val(tmp_pat
     assert f"queue {half} over {half} crops" in text
     assert (tmp_path / "out" / "probe.png").is_file()
 
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (("--config.moco_per_seed=true",),
+     r"--config.moco_per_seed=true needs --config.init=moco"),
+    (("--config.backbone=resnet18", "--config.init=moco", "--config.moco_per_seed=true",
+      "--config.experiment=moco_start"),
+     r"moco_per_seed=true does not apply to the moco_start"),
+])
+def test_a_start_per_seed_needs_the_moco_start_and_trained_arms(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny(*overrides, config="socl_table1_ablation.py")
+
+
+def test_a_moco_start_per_seed_pretrains_one_per_seed_and_trains_each_seeds_arms_on_it(
+        tmp_path):
+    """`--config.moco_per_seed`: seed s's arms start from MoCo seed moco.seed + s, its own
+    stage (`moco-s<s>`), recorded in every SoCL stage's identity; the report gives each
+    start's loss and probe. Without it, every seed shares one start and the config's
+    identity is what it was before the field (stored runs stay fresh)."""
+    import dataclasses
+
+    from flax import nnx
+
+    from ebm_jax.config import config_identity
+    from ebm_jax.recipes.tracking import stages as ts
+    from ebm_jax.recipes.tracking.socl_arms import seed_config
+    from ebm_jax.recipes.tracking.socl_experiments import count_stages
+    from ebm_jax.train.stages import RunContext
+
+    cfg = tiny(*MOCO, "--config.moco_per_seed=true", "--config.seeds=0,1",
+               "--config.moco.seed=3", config="socl_table1_ablation.py")
+    shared = dataclasses.replace(cfg, moco_per_seed=False)
+    assert seed_config(shared, 1) is shared
+    assert [seed_config(cfg, s).moco.seed for s in (0, 1)] == [3, 4]
+    assert config_identity(shared) != config_identity(cfg)
+    assert count_stages(cfg) == count_stages(shared) + 1  # two MoCo stages, not one
+    report = run_experiment(cfg, workdir=tmp_path / "runs", out=tmp_path / "out",
+                            progress=False, log=_quiet)
+    runs = tmp_path / "runs"
+    assert sorted(p.name.split("-")[1] for p in runs.glob("moco-s*")) == ["s3", "s4"]
+    for seed, moco in ((0, "moco-s3"), (1, "moco-s4")):
+        stages = sorted(runs.glob(f"socl-s{seed}-*"))
+        assert len(stages) == 4, sorted(p.name for p in runs.iterdir())  # GST .. +LST
+        for stage in stages:
+            recorded = json.loads((stage / "run.json").read_text())["config"]["moco"]
+            assert recorded["stage"] == moco, (stage.name, recorded["stage"])
+    ctx = RunContext(runs, seed=cfg.seed, progress=False, log=_quiet)
+    data = ts.open_data(cfg, ctx)
+    a, b = (nnx.state(ts.build_model(seed_config(cfg, s), ctx, f"socl-s{s}", data))
+            for s in (0, 1))
+    assert any(not np.array_equal(x, y) for x, y in
+               zip(jax_leaves(a), jax_leaves(b))), "the seeds' starts are one start"
+    per_seed = report.payload["start"]["per_seed"]
+    assert [(r["seed"], r["settings"]["seed"]) for r in per_seed] == [(0, 3), (1, 4)]
+    assert all(np.isfinite(r["final_loss"]) for r in per_seed)
+    assert per_seed[0]["final_loss"] != per_seed[1]["final_loss"]
+    assert report.payload["start"]["settings"]["seed"] == 3
+    text = (tmp_path / "out" / "results.md").read_text()
+    assert "Backbone starts, one per training seed" in text
+    assert ", a MoCo start per seed" in text
+
+
+def jax_leaves(tree):
+    import jax
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]

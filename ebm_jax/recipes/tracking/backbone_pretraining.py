@@ -15,6 +15,7 @@ stand-in for the ImageNet ResNet-18 that SoCL-Siam and SoCL-CF start from in the
   (`ebm_jax.contrastive.moco.make_moco_loss`); SGD + momentum 0.9 with a cosine rate.
 - One pretraining (seed `moco.seed`) is the start of every training seed's arms, as the
   paper's one ImageNet file is: the seeds' error bars do not include the pretraining's.
+  SoCL's `moco_per_seed` gives each training seed its own (`socl_arms.seed_config`).
 - What a tracker gets: the query encoder's backbone (parameters and batch statistics);
   the MLP head is dropped.
 - The probe (`probe`): kNN (k = 20) and a linear classifier on the cell-mean embedding of
@@ -33,7 +34,7 @@ import numpy as np
 from ebm_jax.config import ConfigError
 
 __all__ = ["MOCO_SCREEN", "MoCoPretraining", "moco_stage", "moco_training",
-           "pretrained_backbone", "probe", "screen"]
+           "pretrained_backbone", "probe", "screen", "start_figures"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,8 +279,6 @@ def screen(cfg, ctx, data, names) -> dict:
     and its probe. The random initialisation is the stages' own (keyed by the stage's
     name and the seed: the same weights for every setting). `data`: the training split
     the arms would train on (`stages.held_out`)."""
-    import math
-
     rows = {}
     for name in names:
         if name not in MOCO_SCREEN:
@@ -287,10 +286,18 @@ def screen(cfg, ctx, data, names) -> dict:
                               f"{sorted(MOCO_SCREEN)}")
         c = dataclasses.replace(cfg, moco=dataclasses.replace(
             cfg.moco, **MOCO_SCREEN[name](cfg.moco)))
-        _, _, figures = _train(c, ctx, data)
-        rows[name] = {"settings": dataclasses.asdict(c.moco),
-                      "final_loss": figures.final_loss,
-                      "chance_loss": math.log(c.moco.queue_size + 1),
-                      "train_seconds": figures.seconds,
-                      "probe": probe(c, ctx, data, split="val")}
+        rows[name] = start_figures(c, ctx, data, split="val")
     return rows
+
+
+def start_figures(cfg, ctx, data, split: str = "test") -> dict:
+    """The MoCo stage of `cfg` (trained or resumed) in figures: its settings, its final
+    InfoNCE loss and the loss at chance (log(K + 1), K the queue), its training seconds
+    and its probe on `split` (`probe`). `data`: the training split the arms would train
+    on (`stages.held_out`)."""
+    import math
+
+    _, _, figures = _train(cfg, ctx, data)
+    return {"settings": dataclasses.asdict(cfg.moco), "final_loss": figures.final_loss,
+            "chance_loss": math.log(cfg.moco.queue_size + 1),
+            "train_seconds": figures.seconds, "probe": probe(cfg, ctx, data, split=split)}

@@ -138,10 +138,15 @@ class Config(tracking.Config):
     # (`backbone_pretraining.MOCO_SCREEN`, each a change of --config.moco)
     moco_screen: tuple[str, ...] = dataclasses.field(default=tuple(MOCO_SCREEN),
                                                      metadata=ADDED_FIELD)
+    # True: each training seed s fine-tunes its own MoCo start (pretrained with MoCo seed
+    # moco.seed + s), so that the sd over seeds holds the start's variation; False:
+    # one start (moco.seed) for every seed, as the paper's one ImageNet file
+    # (`socl_arms.seed_config`)
+    moco_per_seed: bool = dataclasses.field(default=False, metadata=ADDED_FIELD)
 
     FIELD_GROUPS = {
         **tracking.Config.FIELD_GROUPS,
-        "MoCo start": ("moco", "moco_screen"),
+        "MoCo start": ("moco", "moco_screen", "moco_per_seed"),
         "SoCL training": ("points", "annotate_every", "top_temperature", "videos",
                           "socl_steps", "socl_lr", "socl_lr_drop", "input_size",
                           "context_side", "region_fields", "shift_jitter", "scale_jitter",
@@ -180,6 +185,14 @@ class Config(tracking.Config):
                               f"integers >= 1 (T), got {self.sparse_every_sweep!r}")
         c.each_in("lst_variants", tuple(arms_lib.LST_VARIANTS))
         c.each_in("moco_screen", tuple(MOCO_SCREEN))
+        c.boolean("moco_per_seed")
+        if self.moco_per_seed and self.init != "moco":
+            raise ConfigError(f"--config.moco_per_seed=true needs --config.init=moco (it "
+                              f"draws a MoCo start per seed), got init={self.init!r}")
+        if self.moco_per_seed and self.experiment == "moco_start":
+            raise ConfigError("--config.moco_per_seed=true does not apply to the moco_start "
+                              "experiment (it pretrains one start per setting screened, "
+                              "with --config.moco.seed)")
         if self.experiment == "moco_start" and self.init != "moco":
             raise ConfigError(f"--config.init must be 'moco' for the moco_start experiment "
                               f"(it screens the MoCo start's settings), got {self.init!r}")
@@ -411,6 +424,21 @@ def run(cfg: Config, ctx: RunContext, opened: Opened | None = None) -> Report:
                               split=split.removeprefix("generated-"),
                               pairs=pairs_of(arms), paper=EXPERIMENTS[cfg.experiment].paper,
                               tops=tops, train=data.train, budget=budget, extra=extra,
-                              diagnostics=diagnostics,
-                              start=tracking.backbone_start(cfg, ctx, data)
-                              if cfg.init == "moco" else None)
+                              diagnostics=diagnostics, start=_start(cfg, ctx, data))
+
+
+def _start(cfg: Config, ctx: RunContext, data) -> dict | None:
+    """The MoCo start's settings and probe (`tracking.backbone_start`; of the first
+    seed's start), with `moco_per_seed` every seed's start in figures under "per_seed"
+    (`backbone_pretraining.start_figures`); None without `init="moco"`."""
+    if cfg.init != "moco":
+        return None
+    start = tracking.backbone_start(arms_lib.seed_config(cfg, cfg.seeds[0]), ctx, data)
+    if cfg.moco_per_seed:
+        from ebm_jax.recipes.tracking.backbone_pretraining import start_figures
+
+        held = tstages.held_out(data, cfg)
+        start["per_seed"] = [{"seed": seed, **start_figures(arms_lib.seed_config(cfg, seed),
+                                                            ctx, held)}
+                             for seed in cfg.seeds]
+    return start

@@ -19,7 +19,8 @@ from ebm_jax.recipes.tracking import stages as tstages
 from ebm_jax.recipes.tracking.arms import Arm, Trained, dcf_tracker, reuse_model
 
 __all__ = ["LST_VARIANTS", "START", "SoCLRun", "TRAINED", "arm_settings", "budgeted",
-           "figure7", "figure8", "lst_study", "point_kinds", "split_overrides",
+           "figure7", "figure8", "for_seed", "lst_study", "point_kinds", "seed_config",
+           "split_overrides",
            "start_label", "table1", "table2", "table3", "table4", "table5", "table6",
            "train_bce_siam", "train_box_siam", "train_random", "train_socl",
            "training_key"]
@@ -35,6 +36,23 @@ class SoCLRun:
     data: tstages.TrackingData
     plan: dict | None
     tops: dict
+
+
+def seed_config(cfg, seed: int):
+    """The config a training seed's arms train with: `cfg`, but with
+    `cfg.moco_per_seed` the MoCo start of seed `seed` (MoCo seed `cfg.moco.seed + seed`:
+    its own pretraining stage, `moco-s<seed>`), so that the seeds' spread holds the
+    start's variation as well as SoCL's."""
+    if not getattr(cfg, "moco_per_seed", False):
+        return cfg
+    return dataclasses.replace(cfg, moco=dataclasses.replace(cfg.moco,
+                                                             seed=cfg.moco.seed + seed))
+
+
+def for_seed(env: SoCLRun, seed: int) -> SoCLRun:
+    """`env` with the config of training seed `seed` (`seed_config`)."""
+    cfg = seed_config(env.cfg, seed)
+    return env if cfg is env.cfg else dataclasses.replace(env, cfg=cfg)
 
 
 def point_kinds(arms) -> list[str]:
@@ -75,6 +93,7 @@ def _sequences(env: SoCLRun, method: str, budget_hours: float | None):
 def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
     """No training: the initial weights every SoCL arm of the seed starts from (random,
     ImageNet's conv1-layer3 where `cfg.pretrained`, or MoCo's with `init="moco"`)."""
+    env = for_seed(env, seed)
     cfg, ctx = env.cfg, env.ctx
     return Trained(tstages.build_model(cfg, ctx, f"socl-s{seed}", env.data),
                    {"start_of": f"socl-s{seed}", "width": cfg.width, "run_seed": ctx.seed,
@@ -84,6 +103,7 @@ def train_random(env: SoCLRun, seed: int, earlier) -> Trained:
 def train_box_siam(env: SoCLRun, seed: int, earlier, *,
                    budget_hours: float | None = None) -> Trained:
     """Box-Siam on the true boxes of the annotated frames (of a budget's sequences)."""
+    env = for_seed(env, seed)
     idx, ident = _sequences(env, "box-siam", budget_hours)
     annotated = [np.asarray(stages.annotated_frames(s, "clean", env.cfg.annotate_every))
                  for s in env.data.train]
@@ -96,6 +116,7 @@ def train_bce_siam(env: SoCLRun, seed: int, earlier, *, points: str,
                    alpha: float) -> Trained:
     """BCE-Siam: SiamFC's loss on the pseudo boxes thresholded at `alpha` from the TOP
     maps of the annotated frames (paper Fig. 8)."""
+    env = for_seed(env, seed)
     _, ident = _sequences(env, "bce-siam", None)
     pseudo = stages.pseudo_box_sequences(env.data.train, env.tops[points], points, alpha)
     return tstages.train_box_siam(
@@ -144,6 +165,7 @@ def train_socl(env: SoCLRun, seed: int, earlier, *, label: str, points: str,
     """SoCL-Siam (loss 10) on the `points` annotations, with the overrides `socl` (of
     SoCLSettings, and of the config's `CONFIG_FIELDS`), on a budget's sequences when
     given."""
+    env = for_seed(env, seed)
     idx, ident = _sequences(env, "socl", budget_hours)
     tops = env.tops[points]
     sub = _subset(env.data.train, idx)

@@ -169,7 +169,7 @@ def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
     "calibration", "top_check"}}) where it differs from the run's. None with
     `diagnostic_pairs=0`."""
     from ebm_jax.models.tracking_backbones import backbone_class
-    from ebm_jax.recipes.tracking.socl_arms import arm_settings
+    from ebm_jax.recipes.tracking.socl_arms import arm_settings, seed_config
     from ebm_jax.tracking.top_maps import retemper
 
     cfg, ctx = env.cfg, env.ctx
@@ -217,7 +217,7 @@ def run_diagnostics(env, arms, trained: dict, validation) -> dict | None:
                 "top_check": top_check(pairs, t, arm_set.theta_b)}
     rows = {"start": []}
     for seed in sorted(trained):
-        start = tstages.build_model(cfg, ctx, f"socl-s{seed}", env.data)
+        start = tstages.build_model(seed_config(cfg, seed), ctx, f"socl-s{seed}", env.data)
         rows["start"].append({"seed": seed, **backbone_row(start, pairs, h_i, h_j,
                                                            settings)})
         for arm in diagnosed:

@@ -55,13 +55,15 @@ def arms_of(cfg) -> list[Arm]:
 def count_stages(cfg) -> int | None:
     """The run's training stages, for "stage i of n" and the run's ETA: per seed one
     per distinct training of the table's arms (`socl_arms.training_key`), the MoCo
-    start once; None for Table 5 (its box-head arms train stages of their own)."""
+    start once (once per seed with `moco_per_seed`); None for Table 5 (its box-head
+    arms train stages of their own)."""
     if cfg.experiment == "table5":
         return None
     if cfg.experiment == "moco_start":  # one MoCo stage per setting screened
         return len(cfg.moco_screen)
     keys = {arms_lib.training_key(cfg, a) for a in arms_of(cfg) if a.method in arms_lib.TRAINED}
-    return len(cfg.seeds) * len(keys) + (cfg.init == "moco")
+    starts = len(cfg.seeds) if getattr(cfg, "moco_per_seed", False) else 1
+    return len(cfg.seeds) * len(keys) + (cfg.init == "moco") * starts
 
 
 __all__ = ["EXPERIMENTS", "arms_of", "count_stages"]
