@@ -96,20 +96,22 @@ class RunContext:
         """The run's stages that were finished before it (loaded, not trained)."""
         return len(self._stages[2])
 
-    def enter_stage(self, stage_dir, finished: bool = False) -> None:
+    def enter_stage(self, stage_dir, finished: bool = False) -> bool:
         """Counts `stage_dir` as one of the run's stages (once, however often it is
         entered); `finished`: it was finished before this run, so it is loaded, and
         its time says nothing of the pace. The first stage entered to train starts the
         pace's clock. A stage this run entered before (trained or loaded then) is not
-        counted again, nor as reused when it is entered again finished."""
+        counted again, nor as reused when it is entered again finished. Returns whether
+        this run enters it for the first time."""
         if str(stage_dir) in self._stages[0]:
-            return
+            return False
         first = not finished and not (self._stages[0] - self._stages[2])
         self._stages[0].add(str(stage_dir))
         if finished:
             self._stages[2].add(str(stage_dir))
         elif first:
             self._stages[1] = time.monotonic()
+        return True
 
     def stage_place(self) -> str:
         """The current stage's place in the run: "stage i of n" where the recipe
@@ -337,8 +339,10 @@ class TrainStage:
 
         restart = ctx.should_restart(stage_dir)
         done_before = None if restart else latest_step(stage_dir)
-        ctx.enter_stage(stage_dir, finished=done_before is not None
-                        and done_before >= self.num_steps)
+        # a stage loaded again in this run (a MoCo start under every arm) is not logged
+        # again
+        first = ctx.enter_stage(stage_dir, finished=done_before is not None
+                                and done_before >= self.num_steps)
         label = ctx.stage_label(self.name)
         state = fit(stage_dir, state, step_fn, batches, num_steps=self.num_steps,
                     config=self.full_identity, save_every=save_every, keep=self.keep,
@@ -357,11 +361,12 @@ class TrainStage:
             ctx.log(f"stage {self.name}: waited {waited:.1f} s for data over {read} "
                     f"batches ({100 * waited / max(figures.seconds, 1e-9):.1f}% of "
                     "the training time)")
-        if not ctx.progress:  # no bars: one line per finished stage
+        if first and not ctx.progress:  # no bars: one line per finished stage
             loss = "" if figures.final_loss is None else f", final loss {figures.final_loss:.4g}"
             ctx.log(f"stage {self.name}: {figures.steps} steps, {figures.seconds:.0f} s of "
                     f"training{loss} [{ctx.stage_place()}{ctx.eta()}]")
-        elif ctx.planned_stages is not None and ctx.stages_started < ctx.planned_stages:
+        elif first and ctx.planned_stages is not None and (
+                ctx.stages_started < ctx.planned_stages):
             ctx.log(f"{label} done{ctx.eta()}")
         return state, figures
 

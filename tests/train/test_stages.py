@@ -312,6 +312,19 @@ def test_without_progress_bars_each_stage_says_one_line_when_done(toy, tmp_path)
     assert len(done) == 1 and "final loss" in done[0], lines
 
 
+def test_a_stage_loaded_again_in_one_run_says_its_line_once(toy, tmp_path):
+    """A stage entered again within one run (the MoCo start under every arm of a SoCL
+    table: 25 loads in Table 2) gives its "done" line once, not once per load."""
+    from ebm_jax.train.stages import RunContext
+
+    lines = []
+    ctx = RunContext(tmp_path / "w", progress=False, log=lines.append, lock=False)
+    for _ in range(3):
+        toy.run(toy.Config(), ctx)
+    done = [ln for ln in lines if ln.startswith("stage toy") and " steps, " in ln]
+    assert len(done) == 1 and ctx.stages_started == 1, lines
+
+
 def test_a_recipe_that_counts_its_stages_gets_stage_i_of_n_and_the_runs_eta(
         toy, tmp_path, monkeypatch):
     """`count_stages(cfg)` of a recipe reaches the run context: each stage's line says
