@@ -135,8 +135,16 @@ def collect(cfg, *, source: dict | None, devices, started: float,
         "machine": machine(devices),
         "versions": versions(),
         "started": _iso(started), "finished": _iso(finished),
-        "wall_seconds": round(finished - started, 1),
+        "wall_seconds": wall_seconds(started, finished),
     }
+
+
+def wall_seconds(started: float, finished: float) -> float:
+    """The seconds from `started` to `finished`, to 0.1 s, and to two significant
+    digits under 1 s: a run of cached stages alone can take 40 ms, which rounded to 0.1 s
+    would read as no time at all (wall_times.json takes only times > 0)."""
+    seconds = finished - started
+    return round(seconds, 1) if seconds >= 1 else float(f"{seconds:.2g}")
 
 
 def _iso(t: float) -> str:
@@ -167,7 +175,7 @@ def collect_benchmark(script, args, *, started: float, finished: float,
         "machine": machine(),
         "versions": versions(),
         "started": _iso(started), "finished": _iso(finished),
-        "wall_seconds": round(finished - started, 1),
+        "wall_seconds": wall_seconds(started, finished),
     }
 
 

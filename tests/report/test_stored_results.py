@@ -312,6 +312,18 @@ def test_a_run_from_cached_stages_alone_is_a_lower_bound_in_list_not_in_the_read
     assert "reused_stages" not in entry
 
 
+@pytest.mark.parametrize("seconds, recorded", [
+    (0.0432, 0.043), (0.4, 0.4), (0.98765, 0.99), (1.04, 1.0), (5308.44, 5308.4)])
+def test_a_run_of_milliseconds_records_a_wall_time_above_zero(seconds, recorded):
+    """A run of cached stages alone can finish in 40 ms: rounded to 0.1 s it read as
+    0.0 s, which wall_times.json refuses (a time must be > 0), so storing it failed on
+    a fast machine."""
+    from ebm_jax.config_catalog import _is_wall_time
+
+    got = provenance.wall_seconds(100.0, 100.0 + seconds)
+    assert got == pytest.approx(recorded, rel=1e-9) and _is_wall_time(got)
+
+
 def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(tmp_path, monkeypatch,
                                                                    capsys):
     """`stored todo`: a line per set of runs, most tables first, with each run's
