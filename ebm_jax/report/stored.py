@@ -12,8 +12,10 @@ as the site's changelog takes CHANGELOG.md):
     <!-- /stored -->
     <!-- stored: table1_toy1d-quick part="Table 1: 1D regression" -->
 
-and the claim tables are generated from `docs/claims.toml` (`ebm_jax.report.claims`)
-between `<!-- claims: PAGE -->` and `<!-- /claims -->`.
+the claim tables are generated from `docs/claims.toml` (`ebm_jax.report.claims`)
+between `<!-- claims: PAGE -->` and `<!-- /claims -->`, and the one table of GPU runs
+from `docs/gpu_runs.toml` (`ebm_jax.report.gpu_runs`) between `<!-- gpu: runs -->` and
+`<!-- /gpu -->`.
 
 Every other table of a page says what it is, above it (after the previous heading or
 table): `<!-- reference table -->` for one that holds no result (options, formats,
@@ -52,7 +54,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ebm_jax.report import claims, provenance
+from ebm_jax.report import claims, gpu_runs, provenance
 from ebm_jax.report.table_labels import (BLOCK_KINDS, REFERENCE, copy_block,  # noqa: F401
                                          unlabelled_tables)
 from ebm_jax.report.provenance import StoredError
@@ -145,9 +147,6 @@ def todo(root: Path) -> list[str]:
         n = sum(where.values())
         head = (f"{n} table{'s' if n > 1 else ''} ("
                 + ", ".join(f"{k} {v}" for k, v in where.items()) + ")")
-        if arg == "rows":
-            lines.append(f"{head}: rows recorded by hand, each naming its command")
-            continue
         if arg.startswith(("python ", "bash ")):
             lines.append(f"{head}: `{arg}`")
             continue
@@ -171,6 +170,8 @@ def render_page(root: Path, page: Path, text: str) -> str:
             from ebm_jax.report import experiments_table
 
             body = experiments_table.table(root, arg, page)
+        elif m.group("kind") == "gpu":  # the one table of GPU runs
+            body = gpu_runs.table(root, arg, page)
         elif m.group("kind") == "copy":  # a hand copy's label
             body = copy_block(root, arg, page)
         elif m.group("kind") == "compare":  # two stored runs paired by seed
@@ -230,6 +231,7 @@ def check(root: Path) -> list[str]:
                 f"above a hand copy, `{REFERENCE}` above a table that holds no result")
     try:
         problems += claims.problems(root)
+        problems += gpu_runs.problems(root)
         problems += [f"{p}: its generated blocks are out of date; run `python -m "
                      "ebm_jax.report.stored sync`" for p in sync(root, check=True)]
     except StoredError as e:

@@ -11,21 +11,18 @@ from pathlib import Path
 from ebm_jax.report.provenance import StoredError
 
 # the markers of the blocks `ebm_jax.report.stored` fills in
-BLOCK_KINDS = "stored|claims|include|api|compare|experiments|copy"
+BLOCK_KINDS = "stored|claims|include|api|compare|experiments|gpu|copy"
 
 REFERENCE = "<!-- reference table -->"
 
 
 def copy_block(root: Path, arg: str, page: Path) -> str:
     """The label of a hand-copied table: `<!-- copy: NAME:VARIANT ... -->` (the
-    configs' runs that made it), `<!-- copy: python benchmarks/SCRIPT ARGS -->` (or `bash benchmarks/SCRIPT.sh`), or
-    `<!-- copy: rows -->` for a record whose rows name their commands."""
+    configs' runs that made it) or `<!-- copy: python benchmarks/SCRIPT ARGS -->` (or
+    `bash benchmarks/SCRIPT.sh`)."""
     from ebm_jax.config import ConfigError, load_config
 
     arg = arg.strip()
-    if arg == "rows":  # a record whose rows name their own commands (GPU runs)
-        return ("<sub>Recorded by hand from runs made before results carried their "
-                "provenance; each row names the command that made it.</sub>\n")
     if arg.startswith(("python ", "bash ")):
         script = arg.split()[1]
         if not (root / script).is_file() or not script.startswith("benchmarks/"):
@@ -35,8 +32,8 @@ def copy_block(root: Path, arg: str, page: Path) -> str:
                 f"carried their provenance; `{arg}` reruns it.</sub>\n")
     specs = arg.split()
     if not specs or not all(":" in sp for sp in specs):
-        raise StoredError(f"{page}: <!-- copy: {arg} --> needs NAME:VARIANT [...], "
-                          "python benchmarks/SCRIPT or rows")
+        raise StoredError(f"{page}: <!-- copy: {arg} --> needs NAME:VARIANT [...] or "
+                          "python benchmarks/SCRIPT")
     for spec in specs:
         try:
             load_config(spec)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ebm_jax import cli
-from ebm_jax.report import claims, provenance, stored
+from ebm_jax.report import claims, gpu_runs, provenance, stored
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -332,11 +332,13 @@ def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(tmp_path, mo
     table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
     copy = f"<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}\n"
     (root / "docs" / "toy.md").write_text(f"# Toy\n\n{copy}## Again\n\n{copy}")
-    (root / "docs" / "gpu.md").write_text(f"# GPU\n\n<!-- copy: rows -->\n<!-- /copy -->\n\n"
-                                          f"{table}")
+    bench = "<!-- copy: python benchmarks/b.py -->\n<!-- /copy -->\n\n"
+    (root / "benchmarks").mkdir()
+    (root / "benchmarks" / "b.py").write_text("")
+    (root / "docs" / "bench.md").write_text(f"# Bench\n\n{bench}{table}")
     assert stored.todo(root) == [
         f"2 tables (docs/toy.md 2): `ebm-jax run {cfg}:small`, not measured",
-        "1 table (docs/gpu.md 1): rows recorded by hand, each naming its command"]
+        "1 table (docs/bench.md 1): `python benchmarks/b.py`"]
     (root / "experiments" / "wall_times.json").write_text(json.dumps({str(cfg): {"small": [
         {"seconds": 600.0, "machine": "2 CPU cores", "date": "2026-11-29",
          "how": "docs/results/toy-small"}]}}))
@@ -344,7 +346,7 @@ def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(tmp_path, mo
     assert stored.main(["--root", str(root), "todo"]) == 0
     assert "2 tables (docs/toy.md 2)" in capsys.readouterr().out
     (root / "docs" / "toy.md").write_text("# Toy\n")
-    (root / "docs" / "gpu.md").write_text("# GPU\n")
+    (root / "docs" / "bench.md").write_text("# Bench\n")
     assert stored.main(["--root", str(root), "todo"]) == 0
     assert capsys.readouterr().out == "no hand copies left\n"
 
@@ -384,3 +386,88 @@ def test_a_run_whose_figure_did_not_come_back_is_stored_saying_so(tmp_path, monk
     assert data["stored_without"] == {"files": ["toy.png"], "why": "not copied"}
     assert "toy.png" not in data["files"] and not (target / "toy.png").exists()
     assert sorted(p.name for p in target.iterdir()) == ["results.json", "results.md"]
+
+
+def _on_a_gpu(target):
+    """The stored run at `target` as if made on one H200."""
+    path = target / "results.json"
+    data = json.loads(path.read_text())
+    data["ebm_jax"]["provenance"]["machine"].update(
+        backend="gpu", accelerators=["NVIDIA H200"], device_count=1)
+    path.write_text(json.dumps(data))
+    return data["ebm_jax"]["provenance"]
+
+
+def test_the_gpu_table_takes_a_stored_runs_gpu_from_its_provenance_and_misses_none(
+        tmp_path, monkeypatch, capsys):
+    """A stored run made on a GPU must be a row of the one table of GPU runs; its
+    row's GPU, JAX version, date and command come from its provenance."""
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    target = _run_and_store(root, cfg, tmp_path, capsys)
+    p = _on_a_gpu(target)
+    runs = root / gpu_runs.RUNS
+    (root / "docs" / "toy.md").write_text("# Toy\n")
+    assert stored.check(root) == [
+        f"{runs}: stored run toy-small was made on 1 x NVIDIA H200 but the table of GPU "
+        'runs does not list it; add `[[run]]` with `stored = "toy-small"`']
+    runs.write_text('[[run]]\nwhat = "The toy"\nstored = "toy-small"\nfigures = "fast"\n\n'
+                    '[[run]]\nwhat = "Its tests"\ngpu = "one NVIDIA H100 80GB"\n'
+                    'jax = "0.11.2"\ndate = "by 2026-11-26"\ncommand = "pytest docs"\n'
+                    'figures = "3 passed"\n')
+    (root / "docs" / "gpu.md").write_text("# GPU\n\n<!-- gpu: runs -->\n<!-- /gpu -->\n")
+    assert stored.sync(root) == ["docs/gpu.md"] and stored.check(root) == []
+    page = (root / "docs" / "gpu.md").read_text()
+    assert (f"| The toy | one NVIDIA H200 | {p['versions']['jax']} | {p['started'][:10]} | "
+            f"`ebm-jax run {cfg}:small` | fast | stored run `docs/results/toy-small` |"
+            in page)
+    assert ("| Its tests | one NVIDIA H100 80GB | 0.11.2 | by 2026-11-26 | `pytest docs` | "
+            "3 passed | by hand, before provenance |" in page)
+    # a run listed as stored must have been made on a GPU
+    data = json.loads((target / "results.json").read_text())
+    data["ebm_jax"]["provenance"]["machine"]["accelerators"] = []
+    (target / "results.json").write_text(json.dumps(data))
+    (problem,) = gpu_runs.problems(root)
+    assert problem.startswith(f"{runs}: run 1 ('The toy'): stored run toy-small was "
+                              "made on ")
+    assert problem.endswith("not a GPU")
+
+
+@pytest.mark.parametrize("entry, says", [
+    ('what = "x"\nfigures = "y"\ngpu = "one GPU"\n',
+     "run 1 ('x') lacks jax, date, command (a run names `stored = NAME`, or gpu, jax, "
+     "date, command recorded by hand)"),
+    ('what = "x"\nfigures = "y"\nstored = "toy-small"\ngpu = "one GPU"\n',
+     "run 1 ('x') is stored run 'toy-small', whose provenance gives gpu; drop them"),
+    ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "Nov 26"\n'
+     'command = "pytest docs"\n', "date must be YYYY-MM-DD or 'by YYYY-MM-DD', got 'Nov 26'"),
+    ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "2026-11-26"\n'
+     'command = "ebm-jax run CFG:large"\n', "command 'ebm-jax run CFG:large': "),
+    ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "2026-11-26"\n'
+     'command = "ebm-jax run CFG:small --config.no_such=1"\n', "no_such"),
+    ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "2026-11-26"\n'
+     'command = "bash benchmarks/gone.sh OUT_DIR"\n', "names no script of benchmarks/"),
+    ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "2026-11-26"\n'
+     'command = "pytest tests/gone"\n', "no tests/gone in the repository"),
+    ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "2026-11-26"\n'
+     'command = "make it"\n', "is none of `ebm-jax run NAME:VARIANT`"),
+])
+def test_the_gpu_table_names_its_bad_entries(tmp_path, monkeypatch, entry, says):
+    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    runs = root / gpu_runs.RUNS
+    runs.write_text("[[run]]\n" + entry.replace("CFG", str(cfg)))
+    (problem,) = gpu_runs.problems(root)
+    assert problem.startswith(f"{runs}: ") and says.replace("CFG", str(cfg)) in problem
+    runs.write_text("not toml [")
+    (problem,) = gpu_runs.problems(root)
+    assert problem.startswith(f"{runs}: not a table of GPU runs")
+
+
+def test_a_benchmarks_command_leaves_out_where_one_machine_wrote_its_report():
+    from ebm_jax.report.stored_runs import run_command
+
+    bench = {"benchmark": {"script": "benchmarks/b.py", "args": [
+        "--steps", "4", "--out", "/tmp/o/t1", "--rounds", "3"]}}
+    assert run_command(bench) == "python benchmarks/b.py --steps 4 --rounds 3"
+    bench["benchmark"]["args"][3] = "results/bench"  # a path relative to the clone stays
+    assert run_command(bench) == ("python benchmarks/b.py --steps 4 --out results/bench "
+                                  "--rounds 3")
