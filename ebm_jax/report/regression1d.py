@@ -73,6 +73,83 @@ def figure2_markdown(records: Sequence[dict]) -> str:
     return markdown_table(head, rows, align="l" + "r" * len(ms))
 
 
+# Figure 2's comparison (sec. 4.1): "NCE and NCE+ significantly outperform ML-IS and
+# KLD-IS for small number of samples M"
+FIGURE2_PAIRS = (("nce", "ml-is"), ("nce", "kld-is"), ("nce+", "ml-is"), ("nce+", "kld-is"))
+
+
+def _models(records: Sequence[dict], method: str, m: int) -> list[list[float]] | None:
+    """Every model's D_KL of `method` at M = `m`, one list per dataset (in the records'
+    order), or None where a dataset lacks the record."""
+    rs = [r for r in records if r["method"] == method and r["num_samples"] == m]
+    datasets = list(dict.fromkeys(r["dataset"] for r in records))
+    by = {r["dataset"]: r for r in rs}
+    if any(d not in by or "kl_all" not in by[d] for d in datasets):
+        return None
+    return [[np.nan if v is None else float(v) for v in by[d]["kl_all"]] for d in datasets]
+
+
+def _mean_se(strata: list[list[float]]) -> dict:
+    """The strata's (datasets') mean of their finite values' means, and its standard
+    error sqrt(sum se_k^2) / K (None where a stratum has one finite value)."""
+    from ebm_jax.report.statistics import standard_error
+
+    finite = [np.asarray(v, np.float64)[np.isfinite(v)] for v in strata]
+    dropped = sum(len(v) for v in strata) - sum(v.size for v in finite)
+    if any(v.size == 0 for v in finite):
+        return {"mean": None, "se": None, "dropped": dropped}
+    ses = [standard_error(v) for v in finite]
+    se = None if None in ses else float(np.sqrt(np.sum(np.square(ses))) / len(finite))
+    return {"mean": float(np.mean([v.mean() for v in finite])), "se": se,
+            "dropped": dropped}
+
+
+def figure2_models_markdown(records: Sequence[dict],
+                            pairs: Sequence[tuple[str, str]] = FIGURE2_PAIRS) -> str:
+    """Figure 2 over every model, with error bars: each method's D_KL at each M as the
+    mean over all models of its ensemble (not the top k) +- the standard error over
+    models (datasets averaged), and the differences the paper's claim is about, each
+    method's models against another's (independent initialisations, so unpaired:
+    `statistics.stratified_difference`, a stratum per dataset), in bold where beyond
+    twice their standard error. A model whose D_KL is not finite is left out and
+    counted."""
+    from ebm_jax.report.statistics import stratified_difference
+
+    methods, ms, _ = _sweep_values(records)
+
+    def cell(d: dict, spec: str) -> str:
+        if d["mean"] is None:
+            return "-"
+        text = (f"{d['mean']:{spec}}" if d["se"] is None
+                else f"{d['mean']:{spec}} +- {d['se']:.3f}")
+        if d.get("beyond_2se"):
+            text = f"**{text}**"
+        return text + (f" ({d['dropped']} not finite)" if d["dropped"] else "")
+
+    rows = []
+    for meth in methods:
+        row = [meth]
+        for m in ms:
+            models = _models(records, meth, m)
+            row.append(cell(_mean_se(models), ".3f") if models else "-")
+        rows.append(row)
+    out = [markdown_table(["method", *[f"M={m}" for m in ms]], rows,
+                          align="l" + "r" * len(ms))]
+    diff_rows = []
+    for a, b in pairs:
+        if a not in methods or b not in methods:
+            continue
+        row = [f"{a} - {b}"]
+        for m in ms:
+            ma, mb = _models(records, a, m), _models(records, b, m)
+            row.append(cell(stratified_difference(ma, mb), "+.3f") if ma and mb else "-")
+        diff_rows.append(row)
+    if diff_rows:
+        out.append(markdown_table(["D_KL difference", *[f"M={m}" for m in ms]], diff_rows,
+                                  align="l" + "r" * len(ms)))
+    return "\n\n".join(t.strip("\n") for t in out) + "\n"
+
+
 def plot_kl_against_m(records: Sequence[dict]):
     """Figure 2: D_KL (top-k mean, datasets averaged) against M, log-log."""
     import matplotlib.pyplot as plt
@@ -116,4 +193,5 @@ def plot_densities(dataset: int, p_true: np.ndarray,
     return fig
 
 
-__all__ = ["figure2_markdown", "plot_densities", "plot_kl_against_m", "table1_markdown"]
+__all__ = ["FIGURE2_PAIRS", "figure2_markdown", "figure2_models_markdown", "plot_densities",
+           "plot_kl_against_m", "table1_markdown"]

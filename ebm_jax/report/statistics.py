@@ -9,6 +9,10 @@ its standard error sd / sqrt(n). A tracking comparison also pairs the test seque
 the per-sequence difference (each arm averaged over its seeds first) has a standard error
 over sequences, which speaks to the test set's size where the seeds' speaks to training
 noise. A difference is called real only beyond twice its standard error(s).
+
+Replicates that share nothing (the 1D comparison's models: each method's ensemble has
+its own initialisations) are not paired: `stratified_difference` compares two groups of
+independent replicates per stratum (a dataset) with Welch's standard error.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = ["aggregate", "arm_difference", "mean_sd", "paired_difference",
-           "paired_seeds_and_sequences", "sequence_difference", "standard_error"]
+           "paired_seeds_and_sequences", "sequence_difference", "standard_error",
+           "stratified_difference"]
 
 
 def standard_error(d: np.ndarray) -> float | None:
@@ -108,3 +113,32 @@ def paired_seeds_and_sequences(a: Sequence[Mapping], b: Sequence[Mapping],
         [rb[s][key] for s in seeds], np.float64)
     return {"mean": by_seed["mean"], "se_seeds": se_seed, "se_sequences": se_seq,
             "per_seed": d.tolist(), "real": bool(real), "seeds": seeds}
+
+
+def stratified_difference(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> dict:
+    """a - b of independent replicates, not paired, in strata: `a[k]` and `b[k]` are
+    the replicates of stratum k (e.g. the models of an ensemble on dataset k). Each
+    stratum's difference of means has Welch's standard error sqrt(s_a^2/n_a +
+    s_b^2/n_b) (sample variances, ddof=1); the strata are averaged, mean and se
+    sqrt(sum se_k^2) / K. Non-finite replicates (a diverged model) are left out and
+    counted in "dropped". se is None where a stratum has fewer than two finite
+    replicates in an arm; "beyond_2se" says whether the mean is beyond twice it."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"stratified_difference: {len(a)} and {len(b)} strata; the two "
+                         "arms need the same number, at least one")
+    means, variances, dropped = [], [], 0
+    for xa, xb in zip(a, b):
+        xa, xb = np.asarray(xa, np.float64), np.asarray(xb, np.float64)
+        fa, fb = xa[np.isfinite(xa)], xb[np.isfinite(xb)]
+        dropped += int(xa.size - fa.size + xb.size - fb.size)
+        if not fa.size or not fb.size:
+            return {"mean": None, "se": None, "dropped": dropped, "beyond_2se": False}
+        means.append(fa.mean() - fb.mean())
+        variances.append(None if min(fa.size, fb.size) < 2 else
+                         fa.var(ddof=1) / fa.size + fb.var(ddof=1) / fb.size)
+    k = len(means)
+    mean = float(np.mean(means))
+    se = (None if any(v is None for v in variances)
+          else float(np.sqrt(np.sum(variances)) / k))
+    return {"mean": mean, "se": se, "dropped": dropped,
+            "beyond_2se": se is not None and abs(mean) > 2 * se}

@@ -14,6 +14,7 @@ from ebm_jax.report.statistics import (
     paired_difference,
     paired_seeds_and_sequences,
     sequence_difference,
+    stratified_difference,
 )
 
 
@@ -105,3 +106,29 @@ def test_a_seedless_arm_pairs_with_every_seed_when_paired_by_seed_and_sequence()
     assert np.isclose(d["se_sequences"], 0.1 / np.sqrt(3))  # [0.2, 0.3, 0.4] over 3
     one = paired_seeds_and_sequences(arm[:1], static)
     assert one["se_seeds"] is None and not one["real"] and np.isclose(one["mean"], 0.2)
+
+
+def test_stratified_difference_is_welchs_per_stratum_averaged_over_strata():
+    """Two datasets' ensembles: each stratum's difference of means with Welch's
+    standard error, the strata averaged (se sqrt(sum se_k^2) / K)."""
+    a = [[1.0, 2.0, 3.0], [0.0, 4.0]]
+    b = [[0.0, 1.0], [1.0, 1.0, 4.0]]
+    got = stratified_difference(a, b)
+    d1, v1 = 2.0 - 0.5, 1.0 / 3 + 0.5 / 2        # var([1,2,3]) = 1, var([0,1]) = 0.5
+    d2, v2 = 2.0 - 2.0, 8.0 / 2 + 3.0 / 3        # var([0,4]) = 8, var([1,1,4]) = 3
+    assert got["mean"] == pytest.approx((d1 + d2) / 2, rel=1e-12)
+    assert got["se"] == pytest.approx(np.sqrt(v1 + v2) / 2, rel=1e-12)
+    assert got["dropped"] == 0 and got["beyond_2se"] is False
+    far = stratified_difference([[10.0, 10.5, 11.0]], [[0.0, 0.5, 1.0]])
+    assert far["beyond_2se"] is True and far["mean"] == pytest.approx(10.0)
+
+
+def test_stratified_difference_leaves_out_and_counts_a_diverged_model():
+    got = stratified_difference([[1.0, np.inf, 3.0]], [[0.0, np.nan, 1.0, 2.0]])
+    assert got["dropped"] == 2 and got["mean"] == pytest.approx(1.0)
+    one = stratified_difference([[1.0, np.nan]], [[0.0, 1.0]])  # one finite model left
+    assert one["se"] is None and one["beyond_2se"] is False and one["dropped"] == 1
+    none = stratified_difference([[np.nan]], [[0.0]])
+    assert none["mean"] is None and none["dropped"] == 1
+    with pytest.raises(ValueError, match="1 and 2 strata"):
+        stratified_difference([[1.0]], [[1.0], [2.0]])
