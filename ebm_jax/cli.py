@@ -32,7 +32,7 @@ PROG = "ebm-jax"
 
 
 def _version_text() -> str:
-    """`ebm-jax 0.1.0 (commit abc123456789, modified)` from a clone, the version
+    """`ebm-jax 0.2.0 (commit abc123456789, modified)` from a clone, the version
     alone from an installed wheel."""
     from ebm_jax import __version__
     from ebm_jax.report.provenance import git_state

@@ -70,7 +70,7 @@ def test_the_docs_site_renders_the_executed_notebooks_with_their_figures(tmp_pat
 def test_no_release_history_on_the_user_pages():
     for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
         name = str(page.relative_to(ROOT))
-        if name in ("docs/changelog.md", "docs/changelog_0_1.md"):  # history belongs there
+        if name.startswith("docs/changelog"):  # history belongs there
             continue
         count = len(RELEASE.findall(" ".join(page.read_text().split())))
         assert count <= RELEASE_REMARKS_LEFT.get(name, 0), f"{name}: {count} remark(s)"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ebm_jax import __version__
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -38,7 +40,7 @@ def test_an_installed_wheel_lists_shows_and_runs_configs_by_name(tmp_path):
                               env=env, capture_output=True, text=True, timeout=600)
 
     version = cli("--version")
-    assert version.returncode == 0 and version.stdout.strip() == "ebm-jax 0.1.0"
+    assert version.returncode == 0 and version.stdout.strip() == f"ebm-jax {__version__}"
     listed = cli("list")
     assert listed.returncode == 0, listed.stderr
     assert "tracking/socl_table1_ablation.py" in listed.stdout
@@ -49,5 +51,5 @@ def test_an_installed_wheel_lists_shows_and_runs_configs_by_name(tmp_path):
               "--out", "o", "--no-progress")
     assert run.returncode == 0, run.stderr[-2000:]
     footer = (away / "o" / "results.md").read_text().strip().splitlines()[-1]
-    assert "ebm_jax 0.1.0 (no git commit)" in footer
+    assert f"ebm_jax {__version__} (no git commit)" in footer
     assert "`ebm_regression/table1_toy1d.py:tiny --config.methods=nce`" in footer

@@ -6,7 +6,8 @@
 
 A page includes a stored run (or one `#`-headed part of its results.md) between two
 markers, which `sync` fills in (`<!-- include: FILE -->` takes a repository file whole,
-as the site's changelog takes CHANGELOG.md):
+as the site's changelog takes CHANGELOG.md, and `<!-- include: FILE part="HEADING" -->`
+one section of it):
 
     <!-- stored: socl_table6_noisy_points-quick -->
     <!-- /stored -->
@@ -60,7 +61,7 @@ from ebm_jax.report.table_labels import (BLOCK_KINDS, REFERENCE, copy_block,  # 
 from ebm_jax.report.provenance import StoredError
 from ebm_jax.report.stored_runs import (RESULTS, compare_block, read_benchmark,
                                         read_results, run_command, stored_block,
-                                        stored_names)
+                                        markdown_sections, stored_names)
 
 # a marker is a line of its own (one quoted inside a line, as a page that explains them
 # shows it, is text)
@@ -160,6 +161,29 @@ def todo(root: Path) -> list[str]:
     return lines
 
 
+_INCLUDE = re.compile(r'^(?P<file>[^\s"]+)(?: part="(?P<part>[^"]+)")?$')
+
+
+def include_block(root: Path, arg: str, page: Path) -> str:
+    """A file of the repository, whole, or the section under its heading `part` (the
+    heading kept, with what lies below it up to the next heading of its level or
+    higher): `<!-- include: CHANGELOG-0.2.md part="SoCL" -->`."""
+    m = _INCLUDE.match(arg)
+    source = root / m.group("file") if m else None
+    if source is None or ".." in Path(m.group("file")).parts or not source.is_file():
+        raise StoredError(f"{page}: <!-- include: {arg} --> names no file of the "
+                          'repository (expected FILE or FILE part="HEADING")')
+    text = source.read_text()
+    if m.group("part") is not None:
+        found = [(s, e) for head, s, e in markdown_sections(text) if head == m.group("part")]
+        if not found:
+            heads = "; ".join(head for head, _, _ in markdown_sections(text))
+            raise StoredError(f"{page}: {m.group('file')} has no part "
+                              f"{m.group('part')!r} (its headings: {heads})")
+        text = text[found[0][0]:found[0][1]]
+    return text.rstrip("\n") + "\n"
+
+
 def render_page(root: Path, page: Path, text: str) -> str:
     """`text` with every stored and claims block filled in."""
     def fill(m):
@@ -180,12 +204,8 @@ def render_page(root: Path, page: Path, text: str) -> str:
             from ebm_jax.report.api_docs import api_block
 
             body = api_block(arg, page)
-        elif m.group("kind") == "include":  # a file of the repository, whole
-            source = root / arg
-            if ".." in Path(arg).parts or not source.is_file():
-                raise StoredError(f"{page}: <!-- include: {arg} --> names no file of the "
-                                  "repository")
-            body = source.read_text().rstrip("\n") + "\n"
+        elif m.group("kind") == "include":  # a file of the repository, or one part
+            body = include_block(root, arg, page)
         else:
             pm = _PART.match(arg)
             if pm is None:

@@ -87,11 +87,16 @@ def run_command(p: dict) -> str:
 # ------------------------------------------------------------------------- blocks
 
 
-def _sections(markdown: str) -> list[tuple[str, int, int]]:
-    """(heading text, start, end) of every `#` heading's section of a results.md."""
+def markdown_sections(markdown: str) -> list[tuple[str, int, int]]:
+    """(heading text, start, end) of every `#` heading's section of a Markdown text (a
+    results.md, a changelog); a `#` line inside a fenced code block is no heading."""
     lines = markdown.splitlines(keepends=True)
-    heads = [(i, len(m.group(1)), m.group(2).strip()) for i, ln in enumerate(lines)
-             if (m := re.match(r"(#{1,6}) (.*)", ln))]
+    heads, fenced = [], False
+    for i, ln in enumerate(lines):
+        if ln.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"(#{1,6}) (.*)", ln)):
+            heads.append((i, len(m.group(1)), m.group(2).strip()))
     out = []
     for k, (i, level, text) in enumerate(heads):
         end = next((j for j, lv, _ in heads[k + 1:] if lv <= level), len(lines))
@@ -113,9 +118,9 @@ def stored_block(root: Path, name: str, part: str | None, page: Path) -> str:
     footer = next((ln for ln in md.splitlines() if ln.startswith(
         provenance.FOOTER_PREFIX)), provenance.footer(p))
     if part is not None:
-        found = [(s, e) for text, s, e in _sections(md) if text == part]
+        found = [(s, e) for text, s, e in markdown_sections(md) if text == part]
         if not found:
-            heads = [t for t, _, _ in _sections(md)]
+            heads = [t for t, _, _ in markdown_sections(md)]
             raise StoredError(f"{page}: stored run {name} has no part {part!r} (its "
                               f"headings: {'; '.join(heads)})")
         md = md[found[0][0]:found[0][1]]

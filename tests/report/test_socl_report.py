@@ -92,7 +92,7 @@ def test_the_within_scene_columns_appear_only_with_scene_groups():
 def test_the_scores_and_the_diagnostics_are_parts_a_page_can_include():
     """The table and its paired differences under "Scores", what says why under
     "Diagnostics" (where there is any), so that a page includes the scores alone."""
-    from ebm_jax.report.stored_runs import _sections
+    from ebm_jax.report.stored_runs import markdown_sections
 
     cfg = load_config(f"{CONFIG}:tiny")
     arms = recipe.arms_of(cfg)
@@ -103,6 +103,6 @@ def test_the_scores_and_the_diagnostics_are_parts_a_page_can_include():
     pairs = [(arms[1].label, arms[0].label)]
     bare = socl_report(cfg, arms, rows, training, static, pairs=pairs, paper="-", tops={},
                        train=["s1"], budget=None).markdown
-    assert [t for t, _, _ in _sections(bare)][1:] == ["Scores"]
+    assert [t for t, _, _ in markdown_sections(bare)][1:] == ["Scores"]
     scores = bare.split("### Scores")[1]
     assert "| arm |" in scores and "Paired differences" in scores

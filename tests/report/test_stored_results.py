@@ -6,11 +6,13 @@ that a changed default makes a stored run stale, naming the field.
 """
 
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
+import ebm_jax
 from ebm_jax import cli
 from ebm_jax.report import claims, gpu_runs, provenance, stored
 
@@ -158,6 +160,30 @@ def test_a_marker_naming_a_missing_part_says_which_parts_there_are(tmp_path, mon
     assert "stored run toy-small has no part 'No such table' (its headings: " in problem
 
 
+def test_a_page_includes_a_file_whole_or_one_part_of_it(tmp_path):
+    root = tmp_path
+    (root / "docs").mkdir()
+    (root / "NOTES.md").write_text(
+        "# Notes\n\n## One\n\nfirst\n\n```\n# a comment, not a heading\n```\n\n"
+        "### One, below\n\nkept\n\n## Two\n\nsecond\n")
+    page = root / "docs" / "p.md"
+    page.write_text('<!-- include: NOTES.md part="One" -->\n<!-- /include -->\n'
+                    "<!-- include: NOTES.md -->\n<!-- /include -->\n")
+    text = stored.render_page(root, page, page.read_text())
+    part, whole = text.split("<!-- /include -->")[:2]
+    assert part.split("-->\n", 1)[1] == (
+        "## One\n\nfirst\n\n```\n# a comment, not a heading\n```\n\n"
+        "### One, below\n\nkept\n")
+    assert whole.split("-->\n", 1)[1] == (root / "NOTES.md").read_text()
+    for marker, says in [('NOTES.md part="Three"', "NOTES.md has no part 'Three' (its "
+                          "headings: Notes; One; One, below; Two)"),
+                         ("../NOTES.md", "names no file of the repository"),
+                         ("MISSING.md", "names no file of the repository")]:
+        page.write_text(f"<!-- include: {marker} -->\n<!-- /include -->\n")
+        with pytest.raises(stored.StoredError, match=re.escape(says)):
+            stored.render_page(root, page, page.read_text())
+
+
 def test_store_refuses_a_run_without_provenance(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -177,7 +203,7 @@ def test_shipped_configs_run_by_short_name_outside_a_clone(tmp_path, monkeypatch
     assert "neither" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["--version"])
-    assert capsys.readouterr().out.startswith("ebm-jax 0.1.0")
+    assert capsys.readouterr().out.startswith(f"ebm-jax {ebm_jax.__version__} ")
 
 
 def test_the_package_data_lists_every_config():
