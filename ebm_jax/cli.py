@@ -8,6 +8,7 @@
     ebm-jax plot-metrics runs/regression1d           # loss curves to PNG
     ebm-jax compare results/moco_linear_eval/quick moco-m0.99-k1024 \\
         results/instdisc_linear_eval/quick instdisc  # paired by seed
+    ebm-jax rerun docs/results/table1_toy1d-quick   # a stored table, again: the same?
     ebm-jax records images --data digits-on-photos --out data/dop16   # ArrayRecord
     ebm-jax run moco_linear_eval:quick --config.data=records \\
         --config.data_root=data/dop16 --config.loader=grain
@@ -138,6 +139,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("results_b", metavar="RESULTS_B")
     p.add_argument("run_b", metavar="RUN_B")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("rerun", help="rerun a run from its results.json and compare the "
+                       "figures",
+                       description="Reruns the run of RESULTS (a results.json or its "
+                       "folder, e.g. a stored run docs/results/NAME) with the command of "
+                       "its provenance, in a fresh work directory, and compares the two "
+                       "results.json leaf by leaf: every figure bit for bit, measured "
+                       "times left out. Exit status 0 when every figure is the same, 1 "
+                       "when one differs (listed, with the largest relative difference); "
+                       "a run whose config now resolves otherwise is refused.")
+    p.add_argument("results", metavar="RESULTS")
+    p.add_argument("--workdir", default=None, help="the rerun's work directory (default: a "
+                   "fresh one, removed at the end); an existing one's stages are reused")
+    p.add_argument("--out", default=None,
+                   help="where the rerun's results go (default results/rerun/CONFIG-VARIANT)")
+    p.add_argument("--against", default=None, metavar="OTHER",
+                   help="compare with OTHER (a results.json or its folder) instead of "
+                   "rerunning")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.set_defaults(func=_rerun)
 
     add_records_parser(sub, _positive_int)
     return parser
@@ -301,6 +322,14 @@ def _compare(args, overrides) -> int:
     print(compare(a, args.run_a, b, args.run_b,
                   names=(f"RESULTS_A {args.results_a}", f"RESULTS_B {args.results_b}")))
     return 0
+
+
+def _rerun(args, overrides) -> int:
+    from ebm_jax.report.rerun import rerun
+
+    opt = (lambda v: None if v is None else Path(v))
+    return rerun(Path(args.results), out=opt(args.out), workdir=opt(args.workdir),
+                 progress=args.progress, against=opt(args.against))
 
 
 def _expected_errors() -> tuple[type[BaseException], ...]:

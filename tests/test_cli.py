@@ -334,14 +334,15 @@ def _epilog_examples() -> list[list[str]]:
 def test_the_help_examples_run_as_shown(tmp_path, capsys, monkeypatch):
     """Each example of `ebm-jax --help` parses, and does what it says where that takes
     seconds: `list` and `show` run; each `run` resolves its config and overrides (not
-    trained here); `compare` runs on the stored runs of the configs it names; `records`
+    trained here); `compare` runs on the stored runs of the configs it names, `rerun`
+    compares its stored run with itself; `records`
     writes its dataset; `plot-metrics` is refused only for the missing work directory."""
     from ebm_jax import cli
     from ebm_jax.config import load_config
 
     examples = _epilog_examples()
     assert {e[0] for e in examples} == {"list", "run", "show", "plot-metrics", "compare",
-                                        "records"}
+                                        "records", "rerun"}
     monkeypatch.chdir(tmp_path)
     for argv in examples:
         command = argv[0]
@@ -359,6 +360,10 @@ def test_the_help_examples_run_as_shown(tmp_path, capsys, monkeypatch):
             assert cli.main(["compare", *stored]) == 0, stored
         elif command == "records":
             assert cli.main(argv) == 0, argv
+        elif command == "rerun":  # the stored run against itself: no training here
+            stored = str(ROOT / argv[1])
+            assert cli.main(["rerun", stored, "--against", stored]) == 0, argv
+            assert "reproduced: " in capsys.readouterr().out
         else:  # plot-metrics: no run here, one line naming the folder
             assert cli.main(argv) != 0
             err = capsys.readouterr().err.strip()

@@ -17,34 +17,18 @@ import pytest
 
 from ebm_jax import cli
 from ebm_jax.config_catalog import find_configs
+from ebm_jax.report.rerun import without_timings  # the keys `ebm-jax rerun` leaves out
 
 ROOT = Path(__file__).parents[1]
 CONFIGS = find_configs(ROOT / "experiments")
 FAST = {"figure2_toy1d_m", "moco_linear_eval"}
 
-# results.json keys that measure the machine or name the command line, not the results
-# (and the provenance: dates, wall time, the commit)
-VOLATILE_KEY = re.compile(r"(seconds|per_second|seconds_per_\w+|fps)$"
-                          r"|^(command|workdir|provenance)$"
-                          # SoCL Table 4: the measured TOP-map and training times, and
-                          # the training fee from them
-                          r"|^(top_map_hours_measured|training_machine_hours"
-                          r"|training_fee_at_gpu_rate)$")
 # results.md table columns that hold timings ("pretrain img/s", "pretrain s", "s / iter",
 # "s/epoch/model", "FPS")
 TIMING_COLUMN = re.compile(r"(^|\s)(s|h|min)$|img/s|it/s|fps|s ?/ ?(iter|it|step|epoch)"
                            r"|seconds|time|machine-h|at GPU rate", re.IGNORECASE)
 # a duration in the text ("0.119 s per frame", "Wall time 12 s on 1 device")
 TIMING_TEXT = re.compile(r"\d+(?:\.\d+)? s\b")
-
-
-def without_timings(x):
-    """`x` (parsed results.json) without its volatile keys, recursively."""
-    if isinstance(x, dict):
-        return {k: without_timings(v) for k, v in x.items() if not VOLATILE_KEY.search(k)}
-    if isinstance(x, list):
-        return [without_timings(v) for v in x]
-    return x
 
 
 def masked_tables(text: str) -> list[str]:

@@ -79,10 +79,6 @@ _PART = re.compile(r'^(?P<name>[\w.-]+)(?: part="(?P<part>[^"]+)")?$')
 def staleness(root: Path, name: str) -> str | None:
     """None where stored run `name` is what its config and variant give today, else
     why not, in one line naming its results.json and the fields that changed."""
-    import dataclasses
-
-    from ebm_jax.config import ConfigError, config_changes, config_identity, load_config
-
     folder = root / RESULTS / name
     data = read_results(folder)
     where = folder / "results.json"
@@ -93,6 +89,17 @@ def staleness(root: Path, name: str) -> str | None:
             return (f"{where}: its benchmark {script} no longer exists; rerun what "
                     "replaced it and store that")
         return None
+    return config_staleness(data, where)
+
+
+def config_staleness(data: dict, where) -> str | None:
+    """None where the run of results `data` (read from `where`) is what its config file,
+    variant and overrides resolve to today, else why not, in one line."""
+    import dataclasses
+
+    from ebm_jax.config import ConfigError, config_changes, config_identity, load_config
+
+    p = data["ebm_jax"]["provenance"]
     cfg_src = p["config"]
     if not cfg_src.get("file"):
         return f"{where}: its run names no config file (it was run from Python)"

@@ -7,7 +7,6 @@ that a changed default makes a stored run stale, naming the field.
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,36 +36,10 @@ def test_every_stored_run_has_provenance_and_reproduces_with_one_command():
             f"overrides; name a variant for {p['config']['overrides']}")
 
 
-def _toy_repo(tmp_path, monkeypatch, learning_rate="0.1"):
-    """A repository with README.md, docs/ and a toy config file; returns (root, cfg)."""
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "train"))
-    sys.modules.pop("toy_recipe", None)
-    root = tmp_path / "repo"
-    (root / "docs").mkdir(parents=True)
-    (root / "experiments").mkdir()
-    cfg = root / "experiments" / "toy.py"
-    cfg.write_text(f'"""ebm-jax run {cfg}:small\n\nA toy."""\nfrom toy_recipe import Config\n'
-                   'VARIANTS = ("small",)\n\n\ndef get_config(v):\n'
-                   f'    return Config(num_steps=10, learning_rate={learning_rate})\n')
-    (root / "README.md").write_text("# toy\n")
-    (root / "docs" / "claims.toml").write_text(
-        '[[claim]]\npaper = "Toy"\nclaim = "It learns"\nnumber = "loss < 1"\n'
-        f'status = "holds"\nours = "it does"\nrun = "{cfg}:small"\npage = "toy.md"\n')
-    return root, cfg
-
-
-def _run_and_store(root, cfg, tmp_path, capsys):
-    out = tmp_path / "out"
-    assert cli.main(["run", f"{cfg}:small", "--workdir", str(tmp_path / "w"), "--out",
-                     str(out), "--no-progress"]) == 0
-    capsys.readouterr()
-    return stored.store(root, out, "toy-small")
-
-
 def test_a_run_records_its_provenance_and_a_changed_default_makes_it_stale(
-        tmp_path, monkeypatch, capsys):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
-    target = _run_and_store(root, cfg, tmp_path, capsys)
+        tmp_path, monkeypatch, capsys, toy_repo, run_and_store):
+    root, cfg = toy_repo()
+    target = run_and_store(root, cfg)
     data = json.loads((target / "results.json").read_text())
     p = data["ebm_jax"]["provenance"]
     assert p["config"]["variant"] == "small" and p["config"]["overrides"] == []
@@ -121,17 +94,18 @@ def test_a_stored_run_without_provenance_is_one_line_naming_it(tmp_path, damage,
     assert "\n" not in str(e.value)
 
 
-def test_a_stored_run_whose_config_is_gone_is_named(tmp_path, monkeypatch, capsys):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
-    target = _run_and_store(root, cfg, tmp_path, capsys)
+def test_a_stored_run_whose_config_is_gone_is_named(
+        tmp_path, monkeypatch, capsys, toy_repo, run_and_store):
+    root, cfg = toy_repo()
+    target = run_and_store(root, cfg)
     cfg.write_text(cfg.read_text().replace('("small",)', '("large",)'))
     (problem,) = [p for p in stored.check(root) if "results.json" in p]
     assert problem.startswith(f"{target / 'results.json'}: its config no longer loads")
     assert "variant must be one of ['large']" in problem
 
 
-def test_the_claims_file_names_its_bad_entries(tmp_path, monkeypatch):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
+def test_the_claims_file_names_its_bad_entries(tmp_path, monkeypatch, toy_repo):
+    root, cfg = toy_repo()
     path = root / "docs" / "claims.toml"
     path.write_text(path.read_text().replace('"holds"', '"mostly"')
                     .replace(":small", ":big") + "\n")
@@ -150,10 +124,10 @@ def test_the_claims_file_names_its_bad_entries(tmp_path, monkeypatch):
     assert problem.startswith(f"{path}: not a claims file")
 
 
-def test_a_marker_naming_a_missing_part_says_which_parts_there_are(tmp_path, monkeypatch,
-                                                                    capsys):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
-    _run_and_store(root, cfg, tmp_path, capsys)
+def test_a_marker_naming_a_missing_part_says_which_parts_there_are(
+        tmp_path, monkeypatch, capsys, toy_repo, run_and_store):
+    root, cfg = toy_repo()
+    run_and_store(root, cfg)
     (root / "docs" / "toy.md").write_text(
         '# Toy\n<!-- stored: toy-small part="No such table" -->\n<!-- /stored -->\n')
     (problem,) = [p for p in stored.check(root) if "toy.md" in p and "part" in p]
@@ -221,9 +195,9 @@ def test_the_package_data_lists_every_config():
 
 
 def test_a_run_from_cached_stages_gives_no_wall_time_unless_the_whole_runs_is_given(
-        tmp_path, monkeypatch, capsys):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
-    _run_and_store(root, cfg, tmp_path, capsys)  # trains the stage
+        tmp_path, monkeypatch, capsys, toy_repo, run_and_store):
+    root, cfg = toy_repo()
+    run_and_store(root, cfg)  # trains the stage
     times = root / "experiments" / "wall_times.json"
     first = json.loads(times.read_text())
     out = tmp_path / "out2"
@@ -245,9 +219,10 @@ def test_a_run_from_cached_stages_gives_no_wall_time_unless_the_whole_runs_is_gi
     assert "21 min on" in (root / "docs" / "toy.md").read_text()
 
 
-def test_a_compare_block_pairs_two_stored_runs(tmp_path, monkeypatch, capsys):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
-    _run_and_store(root, cfg, tmp_path, capsys)
+def test_a_compare_block_pairs_two_stored_runs(
+        tmp_path, monkeypatch, capsys, toy_repo, run_and_store):
+    root, cfg = toy_repo()
+    run_and_store(root, cfg)
     (root / "docs" / "toy.md").write_text(
         "<!-- compare: toy-small a toy-small b -->\n<!-- /compare -->\n")
     with pytest.raises(stored.StoredError) as error:
@@ -273,11 +248,11 @@ def test_every_stored_file_is_in_the_repository():
     assert not ignored, f"git ignores stored files: {ignored[:5]}"
 
 
-def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch):
+def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch, toy_repo):
     """A table outside the generated blocks says what it is: a hand copy names the
     runs that rerun it (and check fails on one whose variant is gone), a reference
     table says it holds no result; `check` names an unlabelled one by page and line."""
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    root, cfg = toy_repo()
     page = root / "docs" / "toy.md"
     table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
     page.write_text(f"# Toy\n\nText.\n\n{table}\n```\n| in a fence |\n```\n\n"
@@ -311,14 +286,14 @@ def test_every_table_is_stored_generated_or_labelled(tmp_path, monkeypatch):
 
 
 def test_a_run_from_cached_stages_alone_is_a_lower_bound_in_list_not_in_the_readme(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, toy_repo):
     """Where a variant's only stored run reused finished stages, its time is recorded
     as a lower bound: `ebm-jax list` prints "over ...", the README's column leaves it
     out; a whole run's time stored later replaces it."""
     from ebm_jax.config_catalog import wall_time_text, wall_times
     from ebm_jax.report.experiments_table import time_cell
 
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    root, cfg = toy_repo()
     workdir = tmp_path / "w"
     assert cli.main(["run", f"{cfg}:small", "--workdir", str(workdir), "--out",
                      str(tmp_path / "first"), "--no-progress"]) == 0  # trains the stage
@@ -350,11 +325,11 @@ def test_a_run_of_milliseconds_records_a_wall_time_above_zero(seconds, recorded)
     assert got == pytest.approx(recorded, rel=1e-9) and _is_wall_time(got)
 
 
-def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(tmp_path, monkeypatch,
-                                                                   capsys):
+def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(
+        tmp_path, monkeypatch, capsys, toy_repo):
     """`stored todo`: a line per set of runs, most tables first, with each run's
     measured wall time where wall_times.json has one."""
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    root, cfg = toy_repo()
     table = "| a | b |\n|---|---|\n| 1 | 2 |\n"
     copy = f"<!-- copy: {cfg}:small -->\n<!-- /copy -->\n\n{table}\n"
     (root / "docs" / "toy.md").write_text(f"# Toy\n\n{copy}## Again\n\n{copy}")
@@ -377,10 +352,10 @@ def test_todo_lists_the_copies_left_with_the_runs_that_replace_them(tmp_path, mo
     assert capsys.readouterr().out == "no hand copies left\n"
 
 
-def test_a_marker_quoted_inside_a_line_is_text(tmp_path, monkeypatch):
+def test_a_marker_quoted_inside_a_line_is_text(tmp_path, monkeypatch, toy_repo):
     """A page that explains the markers quotes them in a line (a code block's comment);
     only a marker on a line of its own is filled in."""
-    root, _ = _toy_repo(tmp_path, monkeypatch)
+    root, _ = toy_repo()
     page = root / "docs" / "toy.md"
     page.write_text("# Toy\n\n```bash\n# on the page: <!-- stored: gone -->\n"
                     "#              <!-- /stored -->\n```\n")
@@ -390,13 +365,13 @@ def test_a_marker_quoted_inside_a_line_is_text(tmp_path, monkeypatch):
         stored.render_page(root, page, page.read_text())
 
 
-def test_a_run_whose_figure_did_not_come_back_is_stored_saying_so(tmp_path, monkeypatch,
-                                                                    capsys):
+def test_a_run_whose_figure_did_not_come_back_is_stored_saying_so(
+        tmp_path, monkeypatch, capsys, toy_repo):
     """A run made on a lent machine whose figures were not brought back: storing it
     names the missing file; `without` stores the rest, and results.json says which
     figures are missing and why; naming results.md (or a file the run does not list)
     is refused."""
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
+    root, cfg = toy_repo()
     out = tmp_path / "out"
     assert cli.main(["run", f"{cfg}:small", "--workdir", str(tmp_path / "w"), "--out",
                      str(out), "--no-progress"]) == 0
@@ -425,11 +400,11 @@ def _on_a_gpu(target):
 
 
 def test_the_gpu_table_takes_a_stored_runs_gpu_from_its_provenance_and_misses_none(
-        tmp_path, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys, toy_repo, run_and_store):
     """A stored run made on a GPU must be a row of the one table of GPU runs; its
     row's GPU, JAX version, date and command come from its provenance."""
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
-    target = _run_and_store(root, cfg, tmp_path, capsys)
+    root, cfg = toy_repo()
+    target = run_and_store(root, cfg)
     p = _on_a_gpu(target)
     runs = root / gpu_runs.RUNS
     (root / "docs" / "toy.md").write_text("# Toy\n")
@@ -477,8 +452,8 @@ def test_the_gpu_table_takes_a_stored_runs_gpu_from_its_provenance_and_misses_no
     ('what = "x"\nfigures = "y"\ngpu = "g"\njax = "0.11"\ndate = "2026-11-26"\n'
      'command = "make it"\n', "is none of `ebm-jax run NAME:VARIANT`"),
 ])
-def test_the_gpu_table_names_its_bad_entries(tmp_path, monkeypatch, entry, says):
-    root, cfg = _toy_repo(tmp_path, monkeypatch)
+def test_the_gpu_table_names_its_bad_entries(tmp_path, monkeypatch, entry, says, toy_repo):
+    root, cfg = toy_repo()
     runs = root / gpu_runs.RUNS
     runs.write_text("[[run]]\n" + entry.replace("CFG", str(cfg)))
     (problem,) = gpu_runs.problems(root)
