@@ -430,6 +430,9 @@ def main(argv=None) -> int:
         return 2
     try:
         return args.func(args, overrides)
+    except BrokenPipeError:  # `ebm-jax ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except KeyboardInterrupt:
         from ebm_jax.train.stages import interrupted_message, last_context
 

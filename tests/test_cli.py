@@ -363,9 +363,22 @@ def test_the_help_examples_run_as_shown(tmp_path, capsys, monkeypatch):
         elif command == "rerun":  # the stored run against itself: no training here
             stored = str(ROOT / argv[1])
             assert cli.main(["rerun", stored, "--against", stored]) == 0, argv
-            assert "reproduced: " in capsys.readouterr().out
+            assert "reproduced to the last bit: " in capsys.readouterr().out
         else:  # plot-metrics: no run here, one line naming the folder
             assert cli.main(argv) != 0
             err = capsys.readouterr().err.strip()
             assert len(err.splitlines()) == 1 and argv[1] in err, err
         capsys.readouterr()
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`ebm-jax list | head -n 1`: the reader closes the pipe; no traceback follows."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-m", "ebm_jax.cli", "list"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # before the command has written the rest
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

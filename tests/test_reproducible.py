@@ -10,45 +10,17 @@ other kernels, another summation order); nothing here compares across machines.
 """
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
 from ebm_jax import cli
 from ebm_jax.config_catalog import find_configs
-from ebm_jax.report.rerun import without_timings  # the keys `ebm-jax rerun` leaves out
+from ebm_jax.report.rerun import masked_tables, without_timings  # as `ebm-jax rerun`
 
 ROOT = Path(__file__).parents[1]
 CONFIGS = find_configs(ROOT / "experiments")
 FAST = {"figure2_toy1d_m", "moco_linear_eval"}
-
-# results.md table columns that hold timings ("pretrain img/s", "pretrain s", "s / iter",
-# "s/epoch/model", "FPS")
-TIMING_COLUMN = re.compile(r"(^|\s)(s|h|min)$|img/s|it/s|fps|s ?/ ?(iter|it|step|epoch)"
-                           r"|seconds|time|machine-h|at GPU rate", re.IGNORECASE)
-# a duration in the text ("0.119 s per frame", "Wall time 12 s on 1 device")
-TIMING_TEXT = re.compile(r"\d+(?:\.\d+)? s\b")
-
-
-def masked_tables(text: str) -> list[str]:
-    """results.md's lines with the cells of timing columns, and the durations in its
-    text, replaced by '*'."""
-    out, timing, in_table = [], set(), False
-    for line in text.splitlines():
-        if line.startswith("<sub>Provenance:"):  # dates, wall time, commit
-            continue
-        if not line.startswith("|"):
-            in_table = False
-            out.append(TIMING_TEXT.sub("* s", line))
-            continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if not in_table:  # the header row
-            in_table = True
-            timing = {i for i, c in enumerate(cells) if TIMING_COLUMN.search(c)}
-        out.append("|".join("*" if i in timing else c for i, c in enumerate(cells)))
-    return out
-
 
 def test_the_masks_remove_timings_only():
     results = {"ebm_jax": {"wall_seconds": 3.0, "command": "x", "seed": 0},

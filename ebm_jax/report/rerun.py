@@ -7,12 +7,17 @@ reproduce here, with today's code?
 The rerun is the one command of the run's provenance (`ebm-jax run CONFIG:VARIANT`
 with its overrides) in a fresh work directory, so that no finished stage is reused
 (`--workdir DIR` names one to keep, and resumes there); a run whose config now
-resolves otherwise is refused, naming the fields that changed. The comparison walks
-both results.json files leaf by leaf, outside their provenance: every number bit for
-bit, every label and count exactly. Measured times (seconds, frames per second,
-machine-hours and what is computed from them) differ between any two runs and are
-counted apart. Runs on CPUs with and without AVX-512 sum floats in another order, so
-there the last digits may differ; the report gives the largest relative difference.
+resolves otherwise is refused, naming the fields that changed. Two comparisons:
+
+- results.md's table rows as printed, the timing columns masked: what a reader of the
+  page sees. The verdict (exit status 0 or 1) is theirs.
+- results.json leaf by leaf, outside its provenance: every number bit for bit, every
+  label and count exactly, measured times (seconds, frames per second, machine-hours
+  and what is computed from them) counted apart. On the same machine a rerun is the
+  same to the last bit; another CPU (with or without AVX-512, or another host) may
+  sum floats in another order, and training carries a last-bit difference on, so the
+  report lists the figures that differ past the printed digits, with the largest
+  relative difference.
 """
 
 from __future__ import annotations
@@ -49,23 +54,77 @@ def without_timings(x):
 @dataclasses.dataclass
 class Comparison:
     """Leaf by leaf: how many are the same, the measured times, what differs (path,
-    value of a, value of b) and the paths only one side has."""
+    value of a, value of b) and the paths only one side has; and the two results.md's
+    table rows as printed, timings masked."""
 
     same: int = 0
     measured: int = 0
     differ: list = dataclasses.field(default_factory=list)
     only_a: list = dataclasses.field(default_factory=list)
     only_b: list = dataclasses.field(default_factory=list)
+    rows_a: list = dataclasses.field(default_factory=list)
+    rows_b: list = dataclasses.field(default_factory=list)
 
     @property
-    def reproduced(self) -> bool:
+    def bit_for_bit(self) -> bool:
         return not (self.differ or self.only_a or self.only_b)
+
+    @property
+    def as_printed(self) -> bool:
+        """Every table row reads the same (the figures to the digits printed)."""
+        return self.rows_a == self.rows_b
+
+    def rows_differing(self) -> list[tuple[str | None, str | None]]:
+        """(row of a, row of b) for each row that differs; None where one side has no
+        such row."""
+        if len(self.rows_a) == len(self.rows_b):
+            return [(x, y) for x, y in zip(self.rows_a, self.rows_b) if x != y]
+        return ([(x, None) for x in self.rows_a if x not in self.rows_b]
+                + [(None, y) for y in self.rows_b if y not in self.rows_a])
 
     def largest_relative(self) -> tuple[float, str] | None:
         """(the largest relative difference of two numbers, its path)."""
         pairs = [(abs(a - b) / max(abs(a), abs(b)), path) for path, a, b in self.differ
                  if _number(a) and _number(b) and math.isfinite(a) and math.isfinite(b)]
         return max(pairs) if pairs else None
+
+
+# results.md table columns that hold timings ("pretrain img/s", "pretrain s", "s / iter",
+# "s/epoch/model", "FPS")
+TIMING_COLUMN = re.compile(r"(^|\s)(s|h|min)$|img/s|it/s|fps|s ?/ ?(iter|it|step|epoch)"
+                           r"|seconds|time|machine-h|at GPU rate", re.IGNORECASE)
+# a duration in the text ("0.119 s per frame", "Wall time 12 s on 1 device")
+TIMING_TEXT = re.compile(r"\d+(?:\.\d+)? s\b")
+
+
+def masked_lines(text: str) -> list[tuple[bool, str]]:
+    """(whether it is a table row, the line) for results.md's lines, with the cells of
+    timing columns and the durations in its text replaced by '*', its provenance
+    footer left out."""
+    out, timing, in_table = [], set(), False
+    for line in text.splitlines():
+        if line.startswith("<sub>Provenance:"):  # dates, wall time, commit
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            out.append((False, TIMING_TEXT.sub("* s", line)))
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not in_table:  # the header row
+            in_table = True
+            timing = {i for i, c in enumerate(cells) if TIMING_COLUMN.search(c)}
+        out.append((True, "|".join("*" if i in timing else c for i, c in enumerate(cells))))
+    return out
+
+
+def masked_tables(text: str) -> list[str]:
+    """results.md's lines, timings masked (`masked_lines`)."""
+    return [line for _, line in masked_lines(text)]
+
+
+def table_rows(text: str) -> list[str]:
+    """results.md's table rows as printed, timings masked: what a reader compares."""
+    return [line for row, line in masked_lines(text) if row]
 
 
 def _number(v) -> bool:
@@ -92,12 +151,14 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def compare(a: dict, b: dict) -> Comparison:
-    """Two results.json contents, leaf by leaf, outside their provenance (`ebm_jax`)."""
+def compare(a: dict, b: dict, md_a: str = "", md_b: str = "") -> Comparison:
+    """Two results.json contents, leaf by leaf, outside their provenance (`ebm_jax`),
+    and their results.md texts' table rows."""
     la = {p: (v, m) for p, v, m in _leaves({k: v for k, v in a.items() if k != "ebm_jax"})}
     lb = {p: (v, m) for p, v, m in _leaves({k: v for k, v in b.items() if k != "ebm_jax"})}
     out = Comparison(only_a=[p for p in la if p not in lb],
-                     only_b=[p for p in lb if p not in la])
+                     only_b=[p for p in lb if p not in la],
+                     rows_a=table_rows(md_a), rows_b=table_rows(md_b))
     for path, (va, m) in la.items():
         if path not in lb:
             continue
@@ -120,12 +181,24 @@ def report(cmp: Comparison, a_where: str, a: dict, b_where: str, b: dict,
         commit = (p["package"].get("commit") or "no git commit")[:12]
         lines.append(f"{label}: {where} (ebm_jax {p['package']['version']} @ {commit}, "
                      f"{machine_text(p['machine'])}, JAX {p['versions'].get('jax')})")
-    if cmp.reproduced:
-        lines.append(f"reproduced: {cmp.same} figures the same to the last bit "
-                     f"({cmp.measured} measured times left out)")
+    counts = (f"{cmp.same} figures the same to the last bit ({cmp.measured} measured "
+              "times left out)")
+    rows = f"{len(cmp.rows_b)} table lines"
+    if cmp.bit_for_bit and cmp.as_printed:
+        lines.append(f"reproduced to the last bit: {counts}; the {rows} as printed too")
         return lines
-    lines.append(f"not reproduced: {len(cmp.differ)} figure(s) differ, {cmp.same} the same "
-                 f"to the last bit ({cmp.measured} measured times left out)")
+    if cmp.as_printed:
+        lines.append(f"reproduced as printed: the {rows} read the same (timings masked); "
+                     f"{len(cmp.differ)} figure(s) differ past the printed digits, {counts}")
+    else:
+        rd = cmp.rows_differing()
+        lines.append(f"not reproduced: {len(rd)} table line(s) read otherwise (timings "
+                     f"masked); {len(cmp.differ)} figure(s) differ, {counts}")
+        for x, y in rd[:limit]:
+            lines.append(f"  stored | {x}" if x is not None else "  stored   (no such row)")
+            lines.append(f"  rerun  | {y}" if y is not None else "  rerun    (no such row)")
+        if len(rd) > limit:
+            lines.append(f"  ... and {len(rd) - limit} more lines")
     if (largest := cmp.largest_relative()) is not None:
         lines.append(f"largest relative difference {largest[0]:.3g}, at {largest[1]}")
     for path, va, vb in cmp.differ[:limit]:
@@ -133,7 +206,7 @@ def report(cmp: Comparison, a_where: str, a: dict, b_where: str, b: dict,
     if len(cmp.differ) > limit:
         lines.append(f"  ... and {len(cmp.differ) - limit} more")
     for label, paths in (("only in the stored run", cmp.only_a),
-                         ("only in the rerun", cmp.only_b)):
+                         ("only in the rerun (the report gained them)", cmp.only_b)):
         if paths:
             lines.append(f"{label}: {', '.join(paths[:limit])}"
                          + (" ..." if len(paths) > limit else ""))
@@ -147,7 +220,9 @@ def _results_folder(path: Path) -> Path:
 def rerun(results: Path, *, out: Path | None, workdir: Path | None, progress: bool,
           against: Path | None = None, log=print) -> int:
     """Reruns the run of `results` (a results.json or its folder), or takes `against`,
-    and compares: 0 reproduced, 1 not, 2 when it cannot run (StoredError)."""
+    and compares: 0 when every table row reads the same as printed (bit for bit or
+    not, the report says), 1 when one reads otherwise; StoredError when it cannot
+    run."""
     folder = _results_folder(Path(results))
     a = read_results(folder)
     p = a["ebm_jax"]["provenance"]
@@ -182,7 +257,14 @@ def rerun(results: Path, *, out: Path | None, workdir: Path | None, progress: bo
                               + " ".join(argv))
     b_folder = _results_folder(Path(against))
     b = read_results(b_folder)
-    cmp = compare(a, b)
+    cmp = compare(a, b, _markdown(folder), _markdown(b_folder))
     for line in report(cmp, str(folder), a, str(b_folder), b):
         log(line)
-    return 0 if cmp.reproduced else 1
+    return 0 if cmp.as_printed else 1
+
+
+def _markdown(folder: Path) -> str:
+    try:
+        return (folder / "results.md").read_text()
+    except OSError as e:
+        raise StoredError(f"{folder / 'results.md'}: cannot be read ({e})") from None

@@ -27,7 +27,7 @@ def test_identical_results_are_reproduced_and_measured_times_are_left_out():
     b["tables"]["fps"] = 10.0
     b["ebm_jax"]["provenance"]["anything"] = 2  # provenance is never compared
     cmp = rerun.compare(a, b)
-    assert cmp.reproduced and cmp.measured == 3
+    assert cmp.bit_for_bit and cmp.as_printed and cmp.measured == 3
     assert cmp.same == 6  # three losses (NaN is NaN), the label, the count, final_loss
 
 
@@ -37,7 +37,7 @@ def test_a_changed_figure_is_named_with_both_values_and_its_relative_difference(
     b["tables"]["rows"][1]["d_kl"] = 0.25 * (1 + 2**-20)  # the last bits
     b["tables"]["rows"][0]["method"] = "nce+"
     cmp = rerun.compare(a, b)
-    assert not cmp.reproduced
+    assert not cmp.bit_for_bit
     assert cmp.differ == [("tables.rows[0].method", "nce", "nce+"),
                           ("tables.rows[1].d_kl", 0.25, 0.25 * (1 + 2**-20))]
     rel, path = cmp.largest_relative()
@@ -62,11 +62,12 @@ def test_a_stored_toy_run_reruns_to_the_last_bit(tmp_path, capsys, toy_repo,
     assert cli.main(["rerun", str(target), "--out", str(out), "--no-progress"]) == 0
     said = capsys.readouterr().out
     assert "rerunning in a fresh work directory" in said
-    assert "reproduced: " in said and "figures the same to the last bit" in said
+    assert "reproduced to the last bit: " in said and "table lines as printed too" in said
     assert (out / "results.json").is_file()
     assert not list(tmp_path.glob("**/ebm-jax-rerun-*"))  # the fresh work dir is gone
 
-    # a stored figure edited by hand: not reproduced, named (exit status 1)
+    # a stored figure edited past the printed digits: reproduced as printed, the figure
+    # named with both values
     data = json.loads((target / "results.json").read_text())
     paths = [p for p, v, m in rerun._leaves(data) if not p.startswith("ebm_jax")
              and isinstance(v, float) and not m]
@@ -76,11 +77,24 @@ def test_a_stored_toy_run_reruns_to_the_last_bit(tmp_path, capsys, toy_repo,
     for k in keys[:-1]:
         leaf = leaf[int(k)] if isinstance(leaf, list) else leaf[k]
     last = int(keys[-1]) if isinstance(leaf, list) else keys[-1]
-    leaf[last] = leaf[last] + 1.0
+    leaf[last] = leaf[last] * (1 + 1e-6)
     (target / "results.json").write_text(json.dumps(data))
+    assert cli.main(["rerun", str(target), "--against", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "reproduced as printed: the 3 table lines read the same" in said
+    assert "1 figure(s) differ past the printed digits" in said and f"  {edited}: " in said
+    assert f"largest relative difference 1e-06, at {edited}" in said
+
+    # a printed figure that reads otherwise: not reproduced (exit status 1), the row shown
+    md = (target / "results.md").read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| 0.") or ln.startswith("| -"))
+    cells = row.split("|")
+    cells[1] = " 9.9999 "
+    (target / "results.md").write_text(md.replace(row, "|".join(cells)))
     assert cli.main(["rerun", str(target), "--against", str(out)]) == 1
     said = capsys.readouterr().out
-    assert "not reproduced: 1 figure(s) differ" in said and f"  {edited}: " in said
+    assert "not reproduced: 1 table line(s) read otherwise" in said
+    assert "  stored | 9.9999|" in said and f"  rerun  | {row.split('|')[1].strip()}|" in said
 
 
 def test_a_stale_run_and_a_benchmark_report_are_refused_in_one_line(
@@ -109,5 +123,6 @@ def test_every_stored_run_compares_with_itself(name):
     """The comparison reads every stored run's results (a benchmark's report refused
     only by `rerun`): each is reproduced by itself, with at least one figure."""
     data = stored.read_results(ROOT / stored.RESULTS / name)
-    cmp = rerun.compare(data, copy.deepcopy(data))
-    assert cmp.reproduced and cmp.same > 0, name
+    md = (ROOT / stored.RESULTS / name / "results.md").read_text()
+    cmp = rerun.compare(data, copy.deepcopy(data), md, md)
+    assert cmp.bit_for_bit and cmp.as_printed and cmp.same > 0 and cmp.rows_a, name
