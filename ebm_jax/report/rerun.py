@@ -237,6 +237,12 @@ def rerun(results: Path, *, out: Path | None, workdir: Path | None, progress: bo
         cfg = p["config"]
         name = f"{Path(cfg['file']).stem}-{cfg['variant']}"
         against = Path(out) if out is not None else Path("results") / "rerun" / name
+        from ebm_jax.config_catalog import duration
+
+        log(f"the stored run took {duration(p['wall_seconds'])} on "
+            f"{machine_text(p['machine'])}"
+            + (f" (it reused {p['stages']['reused']} finished stage(s))"
+               if p.get("stages", {}).get("reused") else ""))
         temp = None
         if workdir is None:
             temp = tempfile.TemporaryDirectory(prefix="ebm-jax-rerun-")

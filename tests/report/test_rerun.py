@@ -61,7 +61,7 @@ def test_a_stored_toy_run_reruns_to_the_last_bit(tmp_path, capsys, toy_repo,
     out = tmp_path / "again"
     assert cli.main(["rerun", str(target), "--out", str(out), "--no-progress"]) == 0
     said = capsys.readouterr().out
-    assert "rerunning in a fresh work directory" in said
+    assert said.startswith("the stored run took ") and "rerunning in a fresh work" in said
     assert "reproduced to the last bit: " in said and "table lines as printed too" in said
     assert (out / "results.json").is_file()
     assert not list(tmp_path.glob("**/ebm-jax-rerun-*"))  # the fresh work dir is gone
