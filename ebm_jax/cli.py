@@ -144,11 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "figures",
                        description="Reruns the run of RESULTS (a results.json or its "
                        "folder, e.g. a stored run docs/results/NAME) with the command of "
-                       "its provenance, in a fresh work directory, and compares the two "
-                       "results.json leaf by leaf: every figure bit for bit, measured "
-                       "times left out. Exit status 0 when every figure is the same, 1 "
-                       "when one differs (listed, with the largest relative difference); "
-                       "a run whose config now resolves otherwise is refused.")
+                       "its provenance, in a fresh work directory, and compares: the "
+                       "results.md tables as printed, timings masked (exit status 0 when "
+                       "every line reads the same, 1 when one does not), and the "
+                       "results.json figures bit for bit, measured times left out (each "
+                       "that differs listed, with the largest relative difference). A run "
+                       "whose config now resolves otherwise is refused.")
     p.add_argument("results", metavar="RESULTS")
     p.add_argument("--workdir", default=None, help="the rerun's work directory (default: a "
                    "fresh one, removed at the end); an existing one's stages are reused")
