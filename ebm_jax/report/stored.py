@@ -278,7 +278,7 @@ def store(root: Path, run: Path, name: str | None = None,
     from), the wall time of the run that trained them, if given. `run` may also be a
     benchmark's report, `<out>/<stem>.json` beside its `<stem>.md` (stored as
     results.json and results.md, default name `bench-<stem>`). `without` = (figures,
-    why): figures the run lists but that did not come back from where it ran (a lent
+    why): figures the run lists but that did not come back from where it ran (another
     machine), stored without them; results.json says which and why
     (`stored_without`)."""
     sources = {"results.json": "results.json", "results.md": "results.md"}
