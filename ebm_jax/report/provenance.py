@@ -76,10 +76,11 @@ def git_state(path: str | os.PathLike | None = None) -> dict | None:
 
 
 def machine(devices=None) -> dict:
-    """CPU model and core count, JAX's backend and the accelerators' names."""
+    """CPU model, core count and vector extension (`cpu_vector_isa`), JAX's backend and
+    the accelerators' names."""
     import jax
 
-    from ebm_jax.train.records import cpu_name
+    from ebm_jax.train.records import cpu_name, cpu_vector_isa
 
     devices = list(devices) if devices is not None else jax.devices()
     accel = sorted({d.device_kind for d in devices if d.platform != "cpu"})
@@ -87,8 +88,9 @@ def machine(devices=None) -> dict:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count()
-    return {"cpu": cpu_name(), "cpu_cores": cores, "backend": jax.default_backend(),
-            "accelerators": accel, "device_count": len(devices)}
+    return {"cpu": cpu_name(), "cpu_cores": cores, "cpu_isa": cpu_vector_isa(),
+            "backend": jax.default_backend(), "accelerators": accel,
+            "device_count": len(devices)}
 
 
 def machine_text(m: dict) -> str:

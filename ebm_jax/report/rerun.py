@@ -179,8 +179,11 @@ def report(cmp: Comparison, a_where: str, a: dict, b_where: str, b: dict,
     for label, where, data in (("stored", a_where, a), ("rerun", b_where, b)):
         p = data["ebm_jax"]["provenance"]
         commit = (p["package"].get("commit") or "no git commit")[:12]
+        isa = p["machine"].get("cpu_isa")
+        isa = f" ({isa})" if isa else " (vector extension not recorded)" if (
+            "cpu_isa" not in p["machine"] and not p["machine"].get("accelerators")) else ""
         lines.append(f"{label}: {where} (ebm_jax {p['package']['version']} @ {commit}, "
-                     f"{machine_text(p['machine'])}, JAX {p['versions'].get('jax')})")
+                     f"{machine_text(p['machine'])}{isa}, JAX {p['versions'].get('jax')})")
     counts = (f"{cmp.same} figures the same to the last bit ({cmp.measured} measured "
               "times left out)")
     rows = f"{len(cmp.rows_b)} table lines"

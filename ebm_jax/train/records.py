@@ -62,6 +62,34 @@ def cpu_name() -> str:
     return names[0] if names else (platform.processor() or platform.machine())
 
 
+def cpu_vector_isa(cpuinfo: str = "/proc/cpuinfo", xla_flags: str | None = None) -> str | None:
+    """The widest x86 vector extension XLA's CPU kernels may use here: "AVX-512",
+    "AVX2", "AVX" or "SSE4_2" from the CPU's flags (/proc/cpuinfo), capped by
+    `--xla_cpu_max_isa` in XLA_FLAGS ("AVX2 (XLA_FLAGS)"); None off x86 Linux. Two CPUs
+    that differ in it may sum floats in another order, so their float32 results may
+    differ in the last bits. `xla_flags` defaults to the environment's XLA_FLAGS."""
+    import os
+    import re
+
+    try:
+        with open(cpuinfo) as f:
+            flags = next((set(ln.split(":", 1)[1].split()) for ln in f
+                          if ln.startswith("flags")), set())
+    except OSError:
+        return None
+    isa = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags
+           else "AVX" if "avx" in flags else "SSE4_2" if "sse4_2" in flags else None)
+    flags_text = os.environ.get("XLA_FLAGS", "") if xla_flags is None else xla_flags
+    cap = re.search(r"--xla_cpu_max_isa=(\w+)", flags_text)
+    order = ["SSE4_2", "AVX", "AVX2", "AVX-512"]
+    if cap and isa is not None:
+        capped = cap.group(1).upper()
+        capped = "AVX-512" if capped.startswith("AVX512") else capped
+        if capped in order and order.index(capped) < order.index(isa):
+            return f"{capped} (XLA_FLAGS)"
+    return isa
+
+
 def _pkg_version(name: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 

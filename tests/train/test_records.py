@@ -165,3 +165,24 @@ def test_plot_metrics_of_a_running_stage_skips_its_torn_last_line(tmp_path):
 
     run = _stage_with_rows(tmp_path, ROWS + '{"step": 5, "ti')
     assert plot_metrics(run).read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("flags, xla_flags, isa", [
+    ("fpu sse4_2 avx avx2 avx512f avx512bw", "", "AVX-512"),
+    ("fpu sse4_2 avx avx2 fma", "", "AVX2"),
+    ("fpu sse4_2 avx avx2 avx512f", "--xla_cpu_max_isa=AVX2", "AVX2 (XLA_FLAGS)"),
+    ("fpu sse4_2 avx avx2 avx512f", "--xla_force_host_platform_device_count=4 "
+     "--xla_cpu_max_isa=sse4_2", "SSE4_2 (XLA_FLAGS)"),
+    ("fpu sse4_2 avx avx2", "--xla_cpu_max_isa=AVX512", "AVX2"),  # a cap above: none
+    ("fpu sse4_2 avx avx2 avx512f", "--xla_cpu_max_isa=AVX512_VNNI", "AVX-512"),
+    ("fpu neon", "", None),
+])
+def test_the_cpus_vector_extension_is_read_from_its_flags_and_xla_flags_cap(
+        tmp_path, flags, xla_flags, isa):
+    from ebm_jax.train.records import cpu_vector_isa
+
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nmodel name\t: A CPU\nflags\t\t: {flags}\n\n"
+                    f"processor\t: 1\nflags\t\t: {flags}\n")
+    assert cpu_vector_isa(str(info), xla_flags) == isa
+    assert cpu_vector_isa(str(tmp_path / "missing"), xla_flags) is None
