@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG to write (default WORKDIR/metrics.png)")
     p.set_defaults(func=_plot_metrics)
 
-    add_results_parsers(sub)
+    add_results_parsers(sub, main)
     add_records_parser(sub, _positive_int)
     return parser
 

@@ -221,11 +221,12 @@ def _results_folder(path: Path) -> Path:
 
 
 def rerun(results: Path, *, out: Path | None, workdir: Path | None, progress: bool,
-          against: Path | None = None, log=print) -> int:
+          against: Path | None = None, run=None, log=print) -> int:
     """Reruns the run of `results` (a results.json or its folder), or takes `against`,
     and compares: 0 when every table row reads the same as printed (bit for bit or
     not, the report says), 1 when one reads otherwise; StoredError when it cannot
-    run."""
+    run. `run(argv)` is the command line's own entry point (`ebm_jax.cli.main`, given
+    by the CLI: this layer does not import it), called with the `run` arguments."""
     folder = _results_folder(Path(results))
     a = read_results(folder)
     p = a["ebm_jax"]["provenance"]
@@ -235,7 +236,9 @@ def rerun(results: Path, *, out: Path | None, workdir: Path | None, progress: bo
     if against is None:
         if (why := config_staleness(a, folder / "results.json")) is not None:
             raise StoredError(f"cannot rerun it as it was made: {why}")
-        from ebm_jax import cli
+        if run is None:
+            raise StoredError("rerun needs the command line's entry point as `run` (or "
+                              "`against`, to compare without rerunning)")
 
         cfg = p["config"]
         name = f"{Path(cfg['file']).stem}-{cfg['variant']}"
@@ -257,7 +260,7 @@ def rerun(results: Path, *, out: Path | None, workdir: Path | None, progress: bo
                 "--workdir", str(workdir), "--out", str(against),
                 *([] if progress else ["--no-progress"])]
         try:
-            rc = cli.main(argv)
+            rc = run(argv)
         finally:
             if temp is not None:
                 temp.cleanup()

@@ -8,8 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def add_results_parsers(sub) -> None:
-    """The `compare` and `rerun` subcommands on the CLI's subparsers `sub`."""
+def add_results_parsers(sub, main) -> None:
+    """The `compare` and `rerun` subcommands on the CLI's subparsers `sub`; `main` is
+    the CLI's entry point, which `rerun` calls with the stored run's `run` arguments."""
     p = sub.add_parser("compare", help="two runs, paired by seed (contrastive; tracking "
                        "and SoCL also by sequence)",
                        description="RUN_A of RESULTS_A minus RUN_B of RESULTS_B (two "
@@ -44,7 +45,7 @@ def add_results_parsers(sub) -> None:
                    help="compare with OTHER (a results.json or its folder) instead of "
                    "rerunning")
     p.add_argument("--no-progress", dest="progress", action="store_false")
-    p.set_defaults(func=rerun_command)
+    p.set_defaults(func=lambda args, overrides: rerun_command(args, main))
 
 
 def compare_command(args, overrides) -> int:
@@ -70,9 +71,9 @@ def compare_command(args, overrides) -> int:
     return 0
 
 
-def rerun_command(args, overrides) -> int:
+def rerun_command(args, main) -> int:
     from ebm_jax.report.rerun import rerun
 
     opt = (lambda v: None if v is None else Path(v))
     return rerun(Path(args.results), out=opt(args.out), workdir=opt(args.workdir),
-                 progress=args.progress, against=opt(args.against))
+                 progress=args.progress, against=opt(args.against), run=main)
